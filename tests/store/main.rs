@@ -1,1 +1,48 @@
+//! One store test suite, run unchanged against SQLite and PostgreSQL.
+//!
+//! Each scenario is an `async fn(&TestDb)`; `store_suite!` runs every one of
+//! them once per engine, each on a database of its own.
 
+mod model;
+mod scenarios;
+
+/// Runs each scenario of `scenarios` on both engines.
+macro_rules! store_suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = surety_tests::TestDb::new(surety_tests::Engine::Sqlite).await.unwrap();
+                    crate::scenarios::$name(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some(db) = surety_tests::TestDb::new(surety_tests::Engine::Postgres).await {
+                        crate::scenarios::$name(&db).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+store_suite!(
+    double_click_makes_one_job_and_one_attempt,
+    same_key_different_input_conflicts,
+    concurrent_conflicts_are_found_on_the_unique_violation_path,
+    timeout_is_unknown_and_blocks_new_attempts_until_a_late_result,
+    cancel_resolves_unknown_and_the_late_result_loses,
+    cancelling_one_attempt_leaves_the_other_open_attempt_alone,
+    reverse_order_finish_first_finisher_wins,
+    the_schema_refuses_a_second_open_attempt_and_an_unallowed_hedge,
+    two_owners_same_key_get_two_private_jobs,
+    reaper_turns_expired_leases_unknown_and_late_heartbeats_change_nothing,
+    two_reapers_move_each_attempt_once,
+    bad_input_gets_typed_errors_and_changes_nothing,
+    a_failure_moves_on_or_gives_up,
+);

@@ -1,1 +1,177 @@
+//! Shared test support: a fresh database per test, on SQLite or PostgreSQL.
+//!
+//! Every test gets its own SQLite file in a temporary directory, or its own
+//! PostgreSQL schema in the test database, so tests run in parallel and
+//! leave nothing behind. PostgreSQL is at `SURETY_TEST_DATABASE_URL`, or
+//! `postgres://postgres@127.0.0.1:5432/test` as on the project's machines.
+//! When it cannot be reached, a test fails if `CI` is set, and otherwise
+//! says loudly that it skipped PostgreSQL.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // Test support fails the test on setup errors.
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Executor, Row};
+use surety_store::{Store, StoreOptions};
+
+/// The default PostgreSQL of the project's machines.
+pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// One test's private database.
+#[derive(Debug)]
+pub struct TestDb {
+    pub engine: Engine,
+    /// The URL a [`Store`] opens; on PostgreSQL it selects the test's schema.
+    pub url: String,
+    /// A connection pool of the test's own, for what only a test may do
+    /// (rewinding a lease) and for looking at raw rows.
+    pub raw: AnyPool,
+    _dir: Option<tempfile::TempDir>,
+    schema: Option<(String, String)>,
+}
+
+pub fn postgres_url() -> String {
+    std::env::var("SURETY_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+impl TestDb {
+    /// A fresh database, or `None` when PostgreSQL is unreachable outside CI.
+    pub async fn new(engine: Engine) -> Option<TestDb> {
+        sqlx::any::install_default_drivers();
+        match engine {
+            Engine::Sqlite => {
+                let dir = tempfile::tempdir().expect("temporary directory");
+                let url = format!("sqlite:{}?mode=rwc", dir.path().join("surety.db").display());
+                let raw = AnyPoolOptions::new()
+                    .max_connections(2)
+                    .connect(&url)
+                    .await
+                    .expect("open sqlite");
+                Some(TestDb {
+                    engine,
+                    url,
+                    raw,
+                    _dir: Some(dir),
+                    schema: None,
+                })
+            }
+            Engine::Postgres => {
+                let base = postgres_url();
+                let admin = match AnyPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&base)
+                    .await
+                {
+                    Ok(pool) => pool,
+                    Err(e) if std::env::var_os("CI").is_some() => {
+                        panic!("PostgreSQL at {base} is unreachable and CI is set: {e}")
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "SKIPPED the PostgreSQL half of this test: {base} is unreachable ({e})"
+                        );
+                        return None;
+                    }
+                };
+                let schema = format!("surety_t_{}", uuid::Uuid::now_v7().simple());
+                admin
+                    .execute(format!("CREATE SCHEMA {schema}").as_str())
+                    .await
+                    .expect("create schema");
+                admin.close().await;
+                let sep = if base.contains('?') { '&' } else { '?' };
+                let url = format!("{base}{sep}options[search_path]={schema}");
+                let raw = AnyPoolOptions::new()
+                    .max_connections(2)
+                    .connect(&url)
+                    .await
+                    .expect("connect");
+                Some(TestDb {
+                    engine,
+                    url,
+                    raw,
+                    _dir: None,
+                    schema: Some((base, schema)),
+                })
+            }
+        }
+    }
+
+    /// Opens a store on this database, running its migrations.
+    pub async fn store(&self) -> Store {
+        let mut options = StoreOptions::new(&self.url);
+        options.max_connections = 8;
+        Store::open_with(&options).await.expect("open store")
+    }
+
+    /// Runs a statement on the raw connection and returns the rows it touched.
+    pub async fn exec(&self, sql: &str) -> u64 {
+        self.raw.execute(sql).await.expect(sql).rows_affected()
+    }
+
+    /// Runs a statement on the raw connection and returns its error.
+    pub async fn exec_err(&self, sql: &str) -> sqlx::Error {
+        self.raw.execute(sql).await.expect_err(sql)
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        let row = sqlx::query(sql).fetch_one(&self.raw).await.expect(sql);
+        row.try_get::<i64, _>(0).expect("a count")
+    }
+
+    /// Every row of every table, as text: equal snapshots mean an unchanged database.
+    pub async fn snapshot(&self) -> Vec<String> {
+        let queries = [
+            "SELECT 'job ' || id || ' ' || owner_id || ' ' || idempotency_key || ' ' || state || ' v' \
+             || CAST(version AS TEXT) || ' ' || COALESCE(result, '-') || ' ' \
+             || COALESCE(CAST(completed_by AS TEXT), '-') || ' ' || CAST(updated_at_ms AS TEXT) FROM jobs ORDER BY id",
+            "SELECT 'attempt ' || job_id || ' ' || CAST(ordinal AS TEXT) || ' ' || state || ' ' \
+             || CAST(lease_expires_at_ms AS TEXT) || ' ' || COALESCE(error, '-') FROM attempts ORDER BY job_id, ordinal",
+            "SELECT 'race ' || job_id || ' ' || CAST(loser_ordinal AS TEXT) || ' ' || reason FROM races ORDER BY id",
+        ];
+        let mut rows = Vec::new();
+        for sql in queries {
+            for row in sqlx::query(sql).fetch_all(&self.raw).await.expect(sql) {
+                rows.push(row.try_get::<String, _>(0).expect("text"));
+            }
+        }
+        rows
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some((base, schema)) = self.schema.take() else {
+            return;
+        };
+        // Drop runs inside the test's runtime, which cannot block on async
+        // work: drop the schema from a thread with a runtime of its own.
+        let dropped = std::thread::spawn(
+            move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async {
+                    let admin = AnyPoolOptions::new()
+                        .max_connections(1)
+                        .connect(&base)
+                        .await?;
+                    admin
+                        .execute(format!("DROP SCHEMA IF EXISTS {schema} CASCADE").as_str())
+                        .await?;
+                    admin.close().await;
+                    Ok(())
+                })
+            },
+        )
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop a test schema: {dropped:?}");
+        }
+    }
+}

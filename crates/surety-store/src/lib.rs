@@ -1,1 +1,25 @@
+//! surety's durable store: jobs and attempts on SQLite or PostgreSQL.
+//!
+//! One interface, two engines. The guarantees live in the schema and in
+//! single guarded statements (see `migrations/` and `sql.rs`):
+//! - one job per `(owner_id, idempotency_key)`, by a unique constraint;
+//! - at most one open attempt per job and slot (slot 1 being the hedge), by a
+//!   partial unique index, and the hedge slot only on jobs that allow it, by a
+//!   composite foreign key and a check;
+//! - completion by compare-and-swap on the job's version, fenced by the
+//!   finishing attempt still being open, with `rows_affected` checked;
+//! - leases on the database's clock.
+//!
+//! Architecture invariant: this crate owns SQL. Nothing else writes a query.
 
+mod error;
+mod model;
+mod sql;
+mod store;
+
+pub use error::StoreError;
+pub use model::{
+    Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId,
+    Race, Slot, StartAttempt,
+};
+pub use store::{Backend, Store, StoreOptions};

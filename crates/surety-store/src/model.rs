@@ -1,0 +1,177 @@
+//! The store's records and the arguments of its operations.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+use surety_core::{AttemptState, Fingerprint, IdempotencyKey, JobState};
+
+/// A job's id: a UUIDv7, so ids sort by creation time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(pub String);
+
+/// Who a job belongs to: the account behind an API key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(pub String);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a client asks for. The fingerprint is computed from `route` and
+/// `input` (see [`surety_core::Intent`]) unless the caller gives its own,
+/// e.g. over a whole request body.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub owner: OwnerId,
+    pub key: IdempotencyKey,
+    pub route: String,
+    pub contract: String,
+    pub contract_digest: String,
+    pub input: Value,
+    /// The contract declares `side_effects = "none"`, so a hedging attempt is allowed.
+    pub hedgeable: bool,
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// The answer to create-or-replay.
+#[derive(Debug, Clone)]
+pub enum Created {
+    /// A new job was recorded.
+    New(Job),
+    /// The same owner sent the same key with the same intent: this is the
+    /// job recorded the first time.
+    Replayed(Job),
+    /// The same owner sent the same key with a different intent. The stored
+    /// job is not shown and not touched.
+    Conflict,
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub id: JobId,
+    pub owner: OwnerId,
+    pub key: String,
+    pub route: String,
+    pub contract: String,
+    pub contract_digest: String,
+    pub input: Value,
+    pub fingerprint: Fingerprint,
+    pub hedgeable: bool,
+    pub state: JobState,
+    pub version: i64,
+    pub result: Option<Value>,
+    pub completed_by: Option<i64>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// Which slot an attempt takes: the job's one regular slot, or the single
+/// extra hedging slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    Primary,
+    Hedge,
+}
+
+impl Slot {
+    pub(crate) fn as_i64(self) -> i64 {
+        match self {
+            Slot::Primary => 0,
+            Slot::Hedge => 1,
+        }
+    }
+
+    pub(crate) fn from_i64(n: i64) -> Option<Slot> {
+        match n {
+            0 => Some(Slot::Primary),
+            1 => Some(Slot::Hedge),
+            _ => None,
+        }
+    }
+}
+
+/// How to start an attempt.
+#[derive(Debug, Clone)]
+pub struct StartAttempt {
+    pub provider: String,
+    pub slot: Slot,
+    /// How long the attempt is held without a heartbeat before the reaper
+    /// turns it unknown.
+    pub lease: Duration,
+}
+
+/// What the process running an attempt holds: enough to heartbeat it and to
+/// finish it with compare-and-swap on the version it started from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptHandle {
+    pub job_id: JobId,
+    pub ordinal: i64,
+    pub slot: Slot,
+    pub provider: String,
+    pub base_version: i64,
+}
+
+/// An attempt named by its job and ordinal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptRef {
+    pub owner: OwnerId,
+    pub job_id: JobId,
+    pub ordinal: i64,
+}
+
+/// An attempt as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub job_id: JobId,
+    pub ordinal: i64,
+    pub slot: Slot,
+    pub provider: String,
+    pub state: AttemptState,
+    pub base_version: i64,
+    pub started_at_ms: i64,
+    pub lease_expires_at_ms: i64,
+    pub unknown_since_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// How an attempt ended at its provider.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// An answer that keeps the contract.
+    Succeeded(Value),
+    /// A definite failure. With `give_up` the job becomes `failed` (no other
+    /// provider is left); otherwise it waits, `queued`, for the next attempt.
+    Failed { error: String, give_up: bool },
+}
+
+/// What finishing an attempt did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    /// The attempt's result won the compare-and-swap and is the job's.
+    Won(Job),
+    /// The job was already completed by `winner`, or the attempt had been
+    /// cancelled: the result was discarded and the race recorded.
+    Lost { winner: Option<i64> },
+    /// The failure was recorded.
+    Failed,
+}
+
+/// A lost compare-and-swap, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Race {
+    pub loser_ordinal: i64,
+    pub winner_ordinal: Option<i64>,
+    pub reason: String,
+    pub at_ms: i64,
+}

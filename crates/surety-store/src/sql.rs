@@ -1,0 +1,154 @@
+//! Every statement the store issues, written once for both engines.
+//!
+//! The engines differ only in how they read their clock, so each statement
+//! names the clock as `{now}` and [`Sql::new`] substitutes the engine's
+//! expression once, at open. Values are always bound parameters.
+
+use crate::Backend;
+
+/// The statements, ready for one engine.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub insert_job: String,
+    pub select_job_by_key: String,
+    pub select_job: String,
+    pub select_job_unscoped: String,
+    pub lock_job: String,
+    pub lock_job_unscoped: String,
+    pub insert_attempt: String,
+    pub select_open_attempt: String,
+    pub select_attempt: String,
+    pub select_attempts: String,
+    pub set_job_running: String,
+    pub heartbeat: String,
+    pub complete_job: String,
+    pub close_attempt: String,
+    pub mark_unknown: String,
+    pub record_race: String,
+    pub select_races: String,
+    pub settle_job_state: String,
+    pub select_expired: String,
+    pub reap_attempt: String,
+}
+
+const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contract_digest, input, \
+     fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms";
+
+const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
+     lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
+
+/// The states in which an attempt may still produce a result.
+const OPEN: &str = "('started', 'unknown')";
+
+impl Sql {
+    pub(crate) fn new(backend: Backend) -> Sql {
+        let now = match backend {
+            Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS BIGINT)",
+            Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        };
+        let fill = |template: &str| {
+            template
+                .replace("{now}", now)
+                .replace("{job_columns}", JOB_COLUMNS)
+                .replace("{attempt_columns}", ATTEMPT_COLUMNS)
+                .replace("{open}", OPEN)
+        };
+        Sql {
+            insert_job: fill(
+                "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
+                     input, fingerprint, hedgeable, state, version, created_at_ms, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', 0, {now}, {now}) \
+                 ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
+                 RETURNING {job_columns}",
+            ),
+            select_job_by_key: fill(
+                "SELECT {job_columns} FROM jobs WHERE owner_id = $1 AND idempotency_key = $2",
+            ),
+            select_job: fill("SELECT {job_columns} FROM jobs WHERE id = $1 AND owner_id = $2"),
+            select_job_unscoped: fill("SELECT {job_columns} FROM jobs WHERE id = $1"),
+            // A write that changes nothing: it takes the job's row lock on
+            // PostgreSQL, so every transaction locks the job before its
+            // attempts and two transactions never wait on each other in a cycle.
+            lock_job: fill(
+                "UPDATE jobs SET version = version WHERE id = $1 AND owner_id = $2 \
+                 RETURNING state, hedgeable, version",
+            ),
+            lock_job_unscoped: fill(
+                "UPDATE jobs SET version = version WHERE id = $1 RETURNING completed_by",
+            ),
+            // The partial unique index decides; ON CONFLICT turns its refusal
+            // into zero rows instead of an aborted transaction.
+            insert_attempt: fill(
+                "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
+                     base_version, started_at_ms, lease_expires_at_ms) \
+                 SELECT $1, COALESCE(MAX(ordinal), 0) + 1, $2, $3, $4, 'started', $5, {now}, {now} + $6 \
+                 FROM attempts WHERE job_id = $1 \
+                 ON CONFLICT (job_id, slot) WHERE state IN {open} DO NOTHING \
+                 RETURNING {attempt_columns}",
+            ),
+            select_open_attempt: fill(
+                "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND slot = $2 AND state IN {open}",
+            ),
+            select_attempt: fill(
+                "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal = $2",
+            ),
+            select_attempts: fill(
+                "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 ORDER BY ordinal",
+            ),
+            set_job_running: fill(
+                "UPDATE jobs SET state = 'running', updated_at_ms = {now} WHERE id = $1",
+            ),
+            heartbeat: fill(
+                "UPDATE attempts SET lease_expires_at_ms = {now} + $3 \
+                 WHERE job_id = $1 AND ordinal = $2 AND state = 'started' AND lease_expires_at_ms > {now}",
+            ),
+            // The compare-and-swap: the first open attempt to finish wins.
+            complete_job: fill(
+                "UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
+                     version = version + 1, updated_at_ms = {now} \
+                 WHERE id = $1 AND version = $2 AND completed_by IS NULL \
+                 AND EXISTS (SELECT 1 FROM attempts a \
+                             WHERE a.job_id = $1 AND a.ordinal = $4 AND a.state IN {open})",
+            ),
+            close_attempt: fill(
+                "UPDATE attempts SET state = $3, error = $4, finished_at_ms = {now} \
+                 WHERE job_id = $1 AND ordinal = $2 AND state IN {open}",
+            ),
+            mark_unknown: fill(
+                "UPDATE attempts SET state = 'unknown', error = $3, unknown_since_ms = {now} \
+                 WHERE job_id = $1 AND ordinal = $2 AND state = 'started'",
+            ),
+            record_race: fill(
+                "INSERT INTO races (job_id, loser_ordinal, winner_ordinal, reason, at_ms) \
+                 SELECT id, $2, completed_by, $3, {now} FROM jobs WHERE id = $1",
+            ),
+            select_races: fill(
+                "SELECT r.loser_ordinal, r.winner_ordinal, r.reason, r.at_ms FROM races r \
+                 JOIN jobs j ON j.id = r.job_id WHERE r.job_id = $1 AND j.owner_id = $2 ORDER BY r.id",
+            ),
+            // A job that is not over takes its state from its open attempts;
+            // with none open it takes `$2` (queued, or failed once given up).
+            settle_job_state: fill(
+                "UPDATE jobs SET updated_at_ms = {now}, state = CASE \
+                     WHEN EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.state = 'started') \
+                         THEN 'running' \
+                     WHEN EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.state = 'unknown') \
+                         THEN 'unknown' \
+                     ELSE $2 END \
+                 WHERE id = $1 AND state NOT IN ('succeeded', 'cancelled')",
+            ),
+            select_expired: fill(
+                "SELECT a.job_id, a.ordinal, j.owner_id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                 WHERE a.state = 'started' AND a.lease_expires_at_ms <= {now} \
+                 ORDER BY a.lease_expires_at_ms LIMIT $1",
+            ),
+            // Guarded by the state and the lease, so two reapers move an
+            // attempt once, and a heartbeat that got in first keeps it.
+            reap_attempt: fill(
+                "UPDATE attempts SET state = 'unknown', unknown_since_ms = {now}, \
+                     error = 'lease expired: the router holding it stopped renewing it' \
+                 WHERE job_id = $1 AND ordinal = $2 AND state = 'started' AND lease_expires_at_ms <= {now}",
+            ),
+        }
+    }
+}

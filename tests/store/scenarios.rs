@@ -1,0 +1,970 @@
+//! The scenarios of the store suite, engine-neutral.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use surety_core::{
+    AttemptEvent, AttemptState, IdempotencyKey, JobEvent, JobState, KeyError, TransitionError,
+};
+use surety_store::{
+    AttemptHandle, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId, Slot, StartAttempt,
+    Store, StoreError,
+};
+use surety_tests::TestDb;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId(name.to_owned())
+}
+
+fn new_job(owner_name: &str, key: &str, input: Value) -> NewJob {
+    NewJob {
+        owner: owner(owner_name),
+        key: IdempotencyKey::parse(key).unwrap(),
+        route: "triage".to_owned(),
+        contract: "support-triage".to_owned(),
+        contract_digest: "sha256:0000".to_owned(),
+        input,
+        hedgeable: false,
+        fingerprint: None,
+    }
+}
+
+fn hedgeable_job(owner_name: &str, key: &str, input: Value) -> NewJob {
+    NewJob {
+        route: "detect".to_owned(),
+        contract: "language-detect".to_owned(),
+        hedgeable: true,
+        ..new_job(owner_name, key, input)
+    }
+}
+
+fn start(provider: &str, slot: Slot) -> StartAttempt {
+    StartAttempt {
+        provider: provider.to_owned(),
+        slot,
+        lease: LEASE,
+    }
+}
+
+async fn create_new(store: &Store, new: &NewJob) -> Job {
+    match store.create_or_replay(new).await.unwrap() {
+        Created::New(job) => job,
+        other => panic!("expected a new job, got {other:?}"),
+    }
+}
+
+async fn attempt_state(store: &Store, handle: &AttemptHandle, owner_name: &str) -> AttemptState {
+    let attempts = store
+        .attempts(&owner(owner_name), &handle.job_id)
+        .await
+        .unwrap();
+    attempts
+        .iter()
+        .find(|a| a.ordinal == handle.ordinal)
+        .unwrap()
+        .state
+}
+
+pub async fn double_click_makes_one_job_and_one_attempt(db: &TestDb) {
+    let store = db.store().await;
+    let new = new_job(
+        "acme",
+        "checkout-42",
+        json!({"ticket": "My card was charged twice", "n": 1}),
+    );
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
+    let mut clicks = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        let mut new = new.clone();
+        // The same intent, spelled differently by each client.
+        new.input = if i % 2 == 0 {
+            new.input.clone()
+        } else {
+            json!({"n": 1.0, "ticket": "My card was charged twice"})
+        };
+        clicks.spawn(async move {
+            barrier.wait().await;
+            let created = store.create_or_replay(&new).await.unwrap();
+            let job = match &created {
+                Created::New(job) | Created::Replayed(job) => job.clone(),
+                Created::Conflict => panic!("a replay of the same intent conflicted"),
+            };
+            // Every click tries to start the work; the database lets one through.
+            let started = store
+                .start_attempt(&new.owner, &job.id, &start("openai", Slot::Primary))
+                .await;
+            (matches!(created, Created::New(_)), job.id, started)
+        });
+    }
+    let answers = clicks.join_all().await;
+    let ids: BTreeSet<_> = answers.iter().map(|(_, id, _)| id.clone()).collect();
+    assert_eq!(ids.len(), 1, "every answer names the same job");
+    assert_eq!(
+        answers.iter().filter(|(new, _, _)| *new).count(),
+        1,
+        "one click created the job"
+    );
+    let started: Vec<_> = answers
+        .iter()
+        .filter_map(|(_, _, s)| s.as_ref().ok())
+        .collect();
+    assert_eq!(started.len(), 1, "one attempt started");
+    for (_, _, s) in &answers {
+        if let Err(e) = s {
+            assert!(
+                matches!(
+                    e,
+                    StoreError::AttemptOpen {
+                        ordinal: 1,
+                        state: AttemptState::Started,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM jobs").await, 1);
+    assert_eq!(db.count("SELECT COUNT(*) FROM attempts").await, 1);
+}
+
+pub async fn same_key_different_input_conflicts(db: &TestDb) {
+    let store = db.store().await;
+    let first = create_new(&store, &new_job("acme", "k-1", json!({"amount": 100}))).await;
+    let before = db.snapshot().await;
+
+    let created = store
+        .create_or_replay(&new_job("acme", "k-1", json!({"amount": 1000})))
+        .await
+        .unwrap();
+    assert!(matches!(created, Created::Conflict), "{created:?}");
+    // A different route with the same input is a different intent too.
+    let other_route = NewJob {
+        route: "refunds".to_owned(),
+        ..new_job("acme", "k-1", json!({"amount": 100}))
+    };
+    assert!(matches!(
+        store.create_or_replay(&other_route).await.unwrap(),
+        Created::Conflict
+    ));
+
+    assert_eq!(db.snapshot().await, before, "the stored job is untouched");
+    assert_eq!(store.job(&owner("acme"), &first.id).await.unwrap(), first);
+    // The same intent is still a replay, with the same id.
+    match store
+        .create_or_replay(&new_job("acme", "\"k-1\"", json!({"amount": 100.0})))
+        .await
+        .unwrap()
+    {
+        Created::Replayed(job) => assert_eq!(job, first),
+        other => panic!("expected a replay, got {other:?}"),
+    }
+}
+
+pub async fn concurrent_conflicts_are_found_on_the_unique_violation_path(db: &TestDb) {
+    let store = db.store().await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(40));
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        let new = new_job("acme", "race-key", json!({"amount": i % 2}));
+        clients.spawn(async move {
+            barrier.wait().await;
+            (i % 2, store.create_or_replay(&new).await.unwrap())
+        });
+    }
+    let answers = clients.join_all().await;
+    let winners: Vec<_> = answers
+        .iter()
+        .filter_map(|(v, c)| matches!(c, Created::New(_)).then_some(*v))
+        .collect();
+    assert_eq!(winners.len(), 1);
+    let winner = winners[0];
+    for (v, created) in &answers {
+        match created {
+            Created::New(_) => {}
+            Created::Replayed(job) => {
+                assert_eq!(*v, winner);
+                assert_eq!(job.input, json!({"amount": winner}));
+            }
+            Created::Conflict => assert_ne!(*v, winner),
+        }
+    }
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|(_, c)| matches!(c, Created::Conflict))
+            .count(),
+        20
+    );
+    assert_eq!(db.count("SELECT COUNT(*) FROM jobs").await, 1);
+}
+
+pub async fn timeout_is_unknown_and_blocks_new_attempts_until_a_late_result(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "t-1", json!({"q": "slow"}))).await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store
+        .mark_unknown(&a, "no answer within 30 s")
+        .await
+        .unwrap();
+
+    let job_now = store.job(&acme, &job.id).await.unwrap();
+    assert_eq!(
+        job_now.state,
+        JobState::Unknown,
+        "a timeout is unknown, never failed"
+    );
+    assert_eq!(
+        attempt_state(&store, &a, "acme").await,
+        AttemptState::Unknown
+    );
+
+    let refused = store
+        .start_attempt(&acme, &job.id, &start("anthropic", Slot::Primary))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            StoreError::AttemptOpen {
+                ordinal: 1,
+                state: AttemptState::Unknown,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("still unknown"), "{refused}");
+
+    // The late result resolves it, and wins.
+    let finish = store
+        .finish_attempt(&a, Outcome::Succeeded(json!({"answer": 42})))
+        .await
+        .unwrap();
+    let Finish::Won(won) = finish else {
+        panic!("expected the late result to win, got {finish:?}")
+    };
+    assert_eq!(won.state, JobState::Succeeded);
+    assert_eq!(won.result, Some(json!({"answer": 42})));
+    assert_eq!(won.completed_by, Some(1));
+    assert_eq!(won.version, job.version + 1);
+    assert_eq!(
+        attempt_state(&store, &a, "acme").await,
+        AttemptState::Succeeded
+    );
+    // A succeeded job takes no more attempts.
+    let refused = store
+        .start_attempt(&acme, &job.id, &start("anthropic", Slot::Primary))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            StoreError::Transition(TransitionError::Job {
+                from: JobState::Succeeded,
+                event: JobEvent::AttemptStarted
+            })
+        ),
+        "{refused}"
+    );
+}
+
+pub async fn cancel_resolves_unknown_and_the_late_result_loses(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "t-2", json!({"q": "slow"}))).await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store.mark_unknown(&a, "timed out").await.unwrap();
+    assert!(
+        store
+            .start_attempt(&acme, &job.id, &start("anthropic", Slot::Primary))
+            .await
+            .is_err()
+    );
+
+    store
+        .cancel_attempt(
+            &acme,
+            &job.id,
+            a.ordinal,
+            "admin: provider confirmed no charge",
+        )
+        .await
+        .unwrap();
+    let after_cancel = store.job(&acme, &job.id).await.unwrap();
+    assert_eq!(after_cancel.state, JobState::Queued);
+    assert_eq!(
+        after_cancel.version, job.version,
+        "cancelling one attempt does not move the version"
+    );
+
+    let b = store
+        .start_attempt(&acme, &job.id, &start("anthropic", Slot::Primary))
+        .await
+        .unwrap();
+    assert_eq!(b.ordinal, 2);
+
+    // A's late result arrives: it loses, and stays cancelled.
+    let late = store
+        .finish_attempt(&a, Outcome::Succeeded(json!({"from": "a"})))
+        .await
+        .unwrap();
+    assert_eq!(late, Finish::Lost { winner: None });
+    assert_eq!(
+        attempt_state(&store, &a, "acme").await,
+        AttemptState::Cancelled
+    );
+    assert_eq!(
+        store.job(&acme, &job.id).await.unwrap().state,
+        JobState::Running
+    );
+
+    let Finish::Won(won) = store
+        .finish_attempt(&b, Outcome::Succeeded(json!({"from": "b"})))
+        .await
+        .unwrap()
+    else {
+        panic!("b should win")
+    };
+    assert_eq!(won.result, Some(json!({"from": "b"})));
+    let races = store.races(&acme, &job.id).await.unwrap();
+    assert_eq!(races.len(), 1);
+    assert_eq!(races[0].loser_ordinal, 1);
+    assert!(races[0].reason.contains("cancelled"), "{}", races[0].reason);
+    // Cancelling again is a typed refusal.
+    let again = store
+        .cancel_attempt(&acme, &job.id, a.ordinal, "twice")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            again,
+            StoreError::Transition(TransitionError::Attempt {
+                from: AttemptState::Cancelled,
+                event: AttemptEvent::Cancelled
+            })
+        ),
+        "{again}"
+    );
+}
+
+pub async fn cancelling_one_attempt_leaves_the_other_open_attempt_alone(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(
+        &store,
+        &hedgeable_job("acme", "h-1", json!({"text": "bonjour"})),
+    )
+    .await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    let h = store
+        .start_attempt(&acme, &job.id, &start("anthropic", Slot::Hedge))
+        .await
+        .unwrap();
+    store.mark_unknown(&a, "timed out").await.unwrap();
+    assert_eq!(
+        store.job(&acme, &job.id).await.unwrap().state,
+        JobState::Running,
+        "the hedge still runs"
+    );
+
+    store
+        .cancel_attempt(&acme, &job.id, a.ordinal, "admin")
+        .await
+        .unwrap();
+    assert_eq!(
+        attempt_state(&store, &h, "acme").await,
+        AttemptState::Started
+    );
+    assert_eq!(
+        store.job(&acme, &job.id).await.unwrap().state,
+        JobState::Running
+    );
+    let Finish::Won(won) = store
+        .finish_attempt(&h, Outcome::Succeeded(json!({"lang": "fr"})))
+        .await
+        .unwrap()
+    else {
+        panic!("the hedge should win")
+    };
+    assert_eq!(won.completed_by, Some(h.ordinal));
+}
+
+pub async fn reverse_order_finish_first_finisher_wins(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(
+        &store,
+        &hedgeable_job("acme", "r-1", json!({"text": "hola"})),
+    )
+    .await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("primary", Slot::Primary))
+        .await
+        .unwrap();
+    let b = store
+        .start_attempt(&acme, &job.id, &start("fallback", Slot::Hedge))
+        .await
+        .unwrap();
+    assert_eq!((a.ordinal, b.ordinal), (1, 2));
+    assert_eq!(
+        a.base_version, b.base_version,
+        "starting an attempt does not move the version"
+    );
+
+    let Finish::Won(won) = store
+        .finish_attempt(&b, Outcome::Succeeded(json!({"lang": "es"})))
+        .await
+        .unwrap()
+    else {
+        panic!("b finished first and should win")
+    };
+    assert_eq!(won.result, Some(json!({"lang": "es"})));
+
+    let late = store
+        .finish_attempt(&a, Outcome::Succeeded(json!({"lang": "pt"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        Finish::Lost {
+            winner: Some(b.ordinal)
+        }
+    );
+    assert_eq!(attempt_state(&store, &a, "acme").await, AttemptState::Lost);
+
+    let job_now = store.job(&acme, &job.id).await.unwrap();
+    assert_eq!(job_now.state, JobState::Succeeded);
+    assert_eq!(job_now.result, Some(json!({"lang": "es"})));
+    assert_eq!(job_now.completed_by, Some(b.ordinal));
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM jobs WHERE result LIKE '%pt%'")
+            .await,
+        0,
+        "the loser's payload is dropped"
+    );
+    let races = store.races(&acme, &job.id).await.unwrap();
+    assert_eq!(races.len(), 1);
+    assert_eq!(
+        (races[0].loser_ordinal, races[0].winner_ordinal),
+        (a.ordinal, Some(b.ordinal))
+    );
+    // The finished loser cannot finish again.
+    let again = store
+        .finish_attempt(&a, Outcome::Succeeded(json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            again,
+            StoreError::Transition(TransitionError::Attempt {
+                from: AttemptState::Lost,
+                ..
+            })
+        ),
+        "{again}"
+    );
+}
+
+pub async fn the_schema_refuses_a_second_open_attempt_and_an_unallowed_hedge(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let plain = create_new(&store, &new_job("acme", "s-1", json!({}))).await;
+    let hedgeable = create_new(&store, &hedgeable_job("acme", "s-2", json!({}))).await;
+    store
+        .start_attempt(&acme, &plain.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store
+        .start_attempt(&acme, &hedgeable.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store
+        .start_attempt(&acme, &hedgeable.id, &start("anthropic", Slot::Hedge))
+        .await
+        .unwrap();
+
+    // Through the store: typed refusals.
+    let refused = store
+        .start_attempt(&acme, &plain.id, &start("anthropic", Slot::Hedge))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, StoreError::HedgeRefused { .. }),
+        "{refused}"
+    );
+    let refused = store
+        .start_attempt(&acme, &hedgeable.id, &start("gemini", Slot::Hedge))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, StoreError::AttemptOpen { ordinal: 2, .. }),
+        "{refused}"
+    );
+
+    // Around the store, straight in SQL: the schema itself refuses.
+    let before = db.snapshot().await;
+    let insert = |job: &JobId, ordinal: i64, slot: i64, hedgeable: i64| {
+        format!(
+            "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, base_version, \
+             started_at_ms, lease_expires_at_ms) VALUES ('{}', {ordinal}, {slot}, {hedgeable}, 'x', 'started', 0, 0, 0)",
+            job.0
+        )
+    };
+    let second_open = db.exec_err(&insert(&plain.id, 9, 0, 0)).await;
+    assert!(
+        second_open
+            .as_database_error()
+            .unwrap()
+            .is_unique_violation(),
+        "{second_open}"
+    );
+    let hedge_on_plain = db.exec_err(&insert(&plain.id, 9, 1, 0)).await;
+    assert!(
+        hedge_on_plain.as_database_error().is_some(),
+        "{hedge_on_plain}"
+    );
+    let lying_flag = db.exec_err(&insert(&plain.id, 9, 1, 1)).await;
+    assert!(lying_flag.as_database_error().is_some(), "{lying_flag}");
+    let third_open = db.exec_err(&insert(&hedgeable.id, 9, 1, 1)).await;
+    assert!(
+        third_open
+            .as_database_error()
+            .unwrap()
+            .is_unique_violation(),
+        "{third_open}"
+    );
+    let duplicate_key = db.exec_err(&format!(
+        "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, input, fingerprint, \
+         hedgeable, state, created_at_ms, updated_at_ms) VALUES ('x', 'acme', 's-1', 'r', 'c', 'd', '{{}}', 'f', 0, 'queued', 0, 0)"
+    ))
+    .await;
+    assert!(
+        duplicate_key
+            .as_database_error()
+            .unwrap()
+            .is_unique_violation(),
+        "{duplicate_key}"
+    );
+    assert_eq!(db.snapshot().await, before);
+}
+
+pub async fn two_owners_same_key_get_two_private_jobs(db: &TestDb) {
+    let store = db.store().await;
+    let (acme, globex) = (owner("acme"), owner("globex"));
+    let a = create_new(&store, &new_job("acme", "shared-key", json!({"x": 1}))).await;
+    let g = create_new(&store, &new_job("globex", "shared-key", json!({"x": 1}))).await;
+    assert_ne!(a.id, g.id);
+    assert_eq!(store.job(&acme, &a.id).await.unwrap().owner, acme);
+    assert_eq!(store.job(&globex, &g.id).await.unwrap().owner, globex);
+
+    let before = db.snapshot().await;
+    assert!(matches!(
+        store.job(&acme, &g.id).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.job(&globex, &a.id).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.attempts(&globex, &a.id).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.races(&globex, &a.id).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store
+            .start_attempt(&globex, &a.id, &start("openai", Slot::Primary))
+            .await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.cancel_attempt(&globex, &a.id, 1, "x").await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert_eq!(db.snapshot().await, before);
+}
+
+pub async fn reaper_turns_expired_leases_unknown_and_late_heartbeats_change_nothing(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "crash-1", json!({}))).await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store.heartbeat(&a, LEASE).await.unwrap();
+    assert!(
+        store.reap_expired().await.unwrap().is_empty(),
+        "a live lease is not reaped"
+    );
+
+    // The router died: its lease ran out an hour ago.
+    let rewound = db.exec(&format!(
+        "UPDATE attempts SET lease_expires_at_ms = lease_expires_at_ms - 3600000 WHERE job_id = '{}'",
+        job.id.0
+    ))
+    .await;
+    assert_eq!(rewound, 1);
+    let late = store.heartbeat(&a, LEASE).await.unwrap_err();
+    assert!(
+        matches!(late, StoreError::LeaseExpired { .. }),
+        "an expired lease is not renewed: {late}"
+    );
+
+    let reaped = store.reap_expired().await.unwrap();
+    assert_eq!(reaped.len(), 1);
+    assert_eq!(
+        (&reaped[0].job_id, reaped[0].ordinal, &reaped[0].owner),
+        (&job.id, 1, &acme)
+    );
+    assert_eq!(
+        attempt_state(&store, &a, "acme").await,
+        AttemptState::Unknown
+    );
+    assert_eq!(
+        store.job(&acme, &job.id).await.unwrap().state,
+        JobState::Unknown,
+        "unknown, not failed, not re-run"
+    );
+    assert_eq!(db.count("SELECT COUNT(*) FROM attempts").await, 1);
+
+    let before = db.snapshot().await;
+    let late = store.heartbeat(&a, LEASE).await.unwrap_err();
+    assert!(
+        matches!(
+            late,
+            StoreError::Transition(TransitionError::Attempt {
+                from: AttemptState::Unknown,
+                event: AttemptEvent::Heartbeat
+            })
+        ),
+        "{late}"
+    );
+    assert!(
+        store.reap_expired().await.unwrap().is_empty(),
+        "reaping twice moves nothing"
+    );
+    assert_eq!(db.snapshot().await, before);
+}
+
+pub async fn two_reapers_move_each_attempt_once(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let mut expected = BTreeSet::new();
+    for i in 0..40 {
+        let job = create_new(
+            &store,
+            &new_job("acme", &format!("crash-{i}"), json!({"i": i})),
+        )
+        .await;
+        store
+            .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+            .await
+            .unwrap();
+        expected.insert((job.id, 1));
+    }
+    db.exec("UPDATE attempts SET lease_expires_at_ms = lease_expires_at_ms - 3600000")
+        .await;
+    // Two routers, each with its own connections, reap at the same moment.
+    let other = db.store().await;
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    let reapers = [store.clone(), other].map(|s| {
+        let barrier = barrier.clone();
+        tokio::spawn(async move {
+            barrier.wait().await;
+            s.reap_expired().await.unwrap()
+        })
+    });
+    let mut moved = Vec::new();
+    for reaper in reapers {
+        moved.extend(
+            reaper
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.job_id, r.ordinal)),
+        );
+    }
+    let distinct: BTreeSet<_> = moved.iter().cloned().collect();
+    assert_eq!(moved.len(), distinct.len(), "an attempt was moved twice");
+    assert_eq!(distinct, expected);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM attempts WHERE state = 'unknown'")
+            .await,
+        40
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM jobs WHERE state = 'unknown'")
+            .await,
+        40
+    );
+}
+
+pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "ok-key", json!({}))).await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .finish_attempt(&a, Outcome::Succeeded(json!({"done": true})))
+            .await
+            .unwrap(),
+        Finish::Won(_)
+    ));
+    let before = db.snapshot().await;
+
+    // Keys: refused before they can reach the store.
+    assert_eq!(IdempotencyKey::parse(""), Err(KeyError::Empty));
+    assert_eq!(
+        IdempotencyKey::parse(&"k".repeat(256)),
+        Err(KeyError::TooLong { len: 256 })
+    );
+    assert_eq!(
+        IdempotencyKey::parse("clé"),
+        Err(KeyError::NotPrintableAscii { at: 2 })
+    );
+
+    // Unknown job, unknown attempt.
+    let nobody = JobId(uuid::Uuid::now_v7().to_string());
+    assert!(matches!(
+        store.job(&acme, &nobody).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.attempts(&acme, &nobody).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store
+            .start_attempt(&acme, &nobody, &start("openai", Slot::Primary))
+            .await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.cancel_attempt(&acme, &nobody, 1, "x").await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    let ghost = AttemptHandle {
+        job_id: nobody,
+        ..a.clone()
+    };
+    assert!(matches!(
+        store
+            .finish_attempt(&ghost, Outcome::Succeeded(json!({})))
+            .await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.mark_unknown(&ghost, "x").await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        store.heartbeat(&ghost, LEASE).await,
+        Err(StoreError::AttemptNotFound { .. })
+    ));
+    let no_attempt = AttemptHandle {
+        ordinal: 7,
+        ..a.clone()
+    };
+    for result in [
+        store
+            .finish_attempt(&no_attempt, Outcome::Succeeded(json!({})))
+            .await
+            .map(|_| ()),
+        store
+            .finish_attempt(
+                &no_attempt,
+                Outcome::Failed {
+                    error: "x".into(),
+                    give_up: false,
+                },
+            )
+            .await
+            .map(|_| ()),
+        store.mark_unknown(&no_attempt, "x").await,
+        store.heartbeat(&no_attempt, LEASE).await,
+        store.cancel_attempt(&acme, &job.id, 7, "x").await,
+    ] {
+        assert!(
+            matches!(result, Err(StoreError::AttemptNotFound { ordinal: 7, .. })),
+            "{result:?}"
+        );
+    }
+
+    // Transitions out of terminal states.
+    let from_succeeded = [
+        (
+            store
+                .finish_attempt(&a, Outcome::Succeeded(json!({})))
+                .await
+                .map(|_| ()),
+            AttemptEvent::Won,
+        ),
+        (
+            store
+                .finish_attempt(
+                    &a,
+                    Outcome::Failed {
+                        error: "x".into(),
+                        give_up: true,
+                    },
+                )
+                .await
+                .map(|_| ()),
+            AttemptEvent::Failed,
+        ),
+        (store.mark_unknown(&a, "x").await, AttemptEvent::TimedOut),
+        (store.heartbeat(&a, LEASE).await, AttemptEvent::Heartbeat),
+        (
+            store.cancel_attempt(&acme, &job.id, a.ordinal, "x").await,
+            AttemptEvent::Cancelled,
+        ),
+    ];
+    for (result, event) in from_succeeded {
+        let Err(StoreError::Transition(TransitionError::Attempt {
+            from,
+            event: refused,
+        })) = result
+        else {
+            panic!("expected a refused transition, got {result:?}")
+        };
+        assert_eq!((from, refused), (AttemptState::Succeeded, event));
+    }
+    assert!(matches!(
+        store
+            .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+            .await,
+        Err(StoreError::Transition(TransitionError::Job {
+            from: JobState::Succeeded,
+            ..
+        }))
+    ));
+
+    // Malformed arguments.
+    let invalid = [
+        store
+            .start_attempt(&acme, &job.id, &start("", Slot::Primary))
+            .await
+            .map(|_| ()),
+        store
+            .start_attempt(
+                &acme,
+                &job.id,
+                &StartAttempt {
+                    lease: Duration::ZERO,
+                    ..start("openai", Slot::Primary)
+                },
+            )
+            .await
+            .map(|_| ()),
+        store
+            .start_attempt(&acme, &job.id, &start(&"p".repeat(300), Slot::Primary))
+            .await
+            .map(|_| ()),
+        store.heartbeat(&a, Duration::ZERO).await,
+        store
+            .create_or_replay(&NewJob {
+                owner: owner(""),
+                ..new_job("acme", "other", json!({}))
+            })
+            .await
+            .map(|_| ()),
+        store
+            .create_or_replay(&NewJob {
+                route: "bad\nroute".into(),
+                ..new_job("acme", "other", json!({}))
+            })
+            .await
+            .map(|_| ()),
+    ];
+    for result in invalid {
+        assert!(
+            matches!(result, Err(StoreError::Invalid { .. })),
+            "{result:?}"
+        );
+    }
+    assert_eq!(
+        db.snapshot().await,
+        before,
+        "refused operations changed the database"
+    );
+    assert!(
+        matches!(Store::open("mysql://localhost/x").await, Err(StoreError::UnsupportedUrl(scheme)) if scheme == "mysql")
+    );
+}
+
+pub async fn a_failure_moves_on_or_gives_up(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "f-1", json!({}))).await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    let failed = Outcome::Failed {
+        error: "HTTP 400: schema rejected".into(),
+        give_up: false,
+    };
+    assert_eq!(
+        store.finish_attempt(&a, failed).await.unwrap(),
+        Finish::Failed
+    );
+    assert_eq!(
+        store.job(&acme, &job.id).await.unwrap().state,
+        JobState::Queued,
+        "waiting for the next provider"
+    );
+    let b = store
+        .start_attempt(&acme, &job.id, &start("anthropic", Slot::Primary))
+        .await
+        .unwrap();
+    let gave_up = Outcome::Failed {
+        error: "HTTP 429".into(),
+        give_up: true,
+    };
+    assert_eq!(
+        store.finish_attempt(&b, gave_up).await.unwrap(),
+        Finish::Failed
+    );
+    let job_now = store.job(&acme, &job.id).await.unwrap();
+    assert_eq!(job_now.state, JobState::Failed);
+    assert_eq!(
+        job_now.version, job.version,
+        "a failure is not a completion"
+    );
+    let attempts = store.attempts(&acme, &job.id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|a| a.state).collect::<Vec<_>>(),
+        [AttemptState::Failed, AttemptState::Failed]
+    );
+    assert_eq!(attempts[1].error.as_deref(), Some("HTTP 429"));
+    // A retry of a failed job starts a new attempt.
+    let c = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    assert_eq!(c.ordinal, 3);
+}
