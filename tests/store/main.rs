@@ -3,6 +3,9 @@
 //! Each scenario is an `async fn(&TestDb)`; `store_suite!` runs every one of
 //! them once per engine, each on a database of its own.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod model;
 mod scenarios;
 

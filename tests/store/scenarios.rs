@@ -549,10 +549,10 @@ pub async fn the_schema_refuses_a_second_open_attempt_and_an_unallowed_hedge(db:
             .is_unique_violation(),
         "{third_open}"
     );
-    let duplicate_key = db.exec_err(&format!(
+    let duplicate_key = db.exec_err(
         "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, input, fingerprint, \
-         hedgeable, state, created_at_ms, updated_at_ms) VALUES ('x', 'acme', 's-1', 'r', 'c', 'd', '{{}}', 'f', 0, 'queued', 0, 0)"
-    ))
+         hedgeable, state, created_at_ms, updated_at_ms) VALUES ('x', 'acme', 's-1', 'r', 'c', 'd', '{}', 'f', 0, 'queued', 0, 0)"
+    )
     .await;
     assert!(
         duplicate_key

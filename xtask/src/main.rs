@@ -1,1 +1,198 @@
-fn main() {}
+//! surety's automation, run as `cargo xtask <command>`.
+//!
+//! - `test`: formatting, clippy with warnings denied, and the whole test
+//!   suite, PostgreSQL included. The one test command of the README and CI.
+//! - `bench store`: the store benchmark (jobs per second against the raw
+//!   driver), figures to stdout and to `target/bench/store.json`.
+
+// A command-line tool: what it prints is its output.
+#![allow(clippy::print_stdout)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  test           cargo fmt --check, cargo clippy -D warnings, and every test (PostgreSQL included)
+  bench store    the store benchmark: jobs/s through the store beside the raw driver";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let root = workspace_root();
+    match args.as_slice() {
+        ["test"] => test(&root),
+        ["bench", "store"] => bench_store(&root),
+        ["bench", other] => bail!("unknown benchmark `{other}`\n\n{USAGE}"),
+        ["help" | "--help" | "-h"] | [] => {
+            eprintln!("{USAGE}");
+            Ok(())
+        }
+        _ => bail!("unknown command `{}`\n\n{USAGE}", args.join(" ")),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+fn test(root: &Path) -> Result<()> {
+    check_postgres()?;
+    cargo(root, &["fmt", "--all", "--check"])
+        .context("cargo fmt found unformatted code; run `cargo fmt`")?;
+    cargo(
+        root,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+    let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"])?;
+    println!("cargo xtask test: {passed} passed, {failed} failed");
+    if passed == 0 {
+        bail!("no test ran");
+    }
+    Ok(())
+}
+
+/// Runs `cargo test`, passing its output through, and adds up the
+/// `test result:` lines of every test binary.
+fn cargo_test(root: &Path, args: &[&str]) -> Result<(u64, u64)> {
+    eprintln!("$ cargo {}", args.join(" "));
+    let mut child = Command::new(cargo_bin())
+        .current_dir(root)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not run cargo {}", args.join(" ")))?;
+    let (mut passed, mut failed) = (0, 0);
+    let stdout = child.stdout.take().context("cargo test has no stdout")?;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test's output")?;
+        println!("{line}");
+        if let Some(result) = line.strip_prefix("test result: ") {
+            passed += count_before(result, " passed");
+            failed += count_before(result, " failed");
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    if !status.success() {
+        bail!(
+            "`cargo {}` failed ({status}): {passed} passed, {failed} failed",
+            args.join(" ")
+        );
+    }
+    Ok((passed, failed))
+}
+
+/// The number just before `label` in a line like `ok. 12 passed; 0 failed; ...`.
+fn count_before(line: &str, label: &str) -> u64 {
+    line.split(';')
+        .find_map(|part| part.trim().strip_suffix(label.trim_start()))
+        .and_then(|n| n.trim_end().rsplit(" ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn bench_store(root: &Path) -> Result<()> {
+    check_postgres()?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let out = target.join("bench").join("store.json");
+    let status = Command::new(cargo_bin())
+        .current_dir(root)
+        .args([
+            "bench",
+            "--locked",
+            "-p",
+            "surety-tests",
+            "--bench",
+            "store",
+        ])
+        .env("SURETY_BENCH_OUT", &out)
+        .status()
+        .context("could not run cargo bench")?;
+    if !status.success() {
+        bail!("the store benchmark failed ({status})");
+    }
+    Ok(())
+}
+
+/// The PostgreSQL the tests use must answer when CI is set; elsewhere a
+/// missing one is reported, and the tests say what they skipped.
+fn check_postgres() -> Result<()> {
+    let url = std::env::var("SURETY_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let reachable = postgres_addr(&url)
+        .map(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(3)).is_ok())
+        .unwrap_or(false);
+    match (reachable, std::env::var_os("CI").is_some()) {
+        (true, _) => Ok(()),
+        (false, true) => bail!(
+            "PostgreSQL is not reachable at {} and CI is set: the store suite needs it",
+            redact(&url)
+        ),
+        (false, false) => {
+            eprintln!(
+                "warning: PostgreSQL is not reachable at {}; its tests will be skipped (set CI to make this an error)",
+                redact(&url)
+            );
+            Ok(())
+        }
+    }
+}
+
+/// host:port of a postgres:// URL.
+fn postgres_addr(url: &str) -> Option<SocketAddr> {
+    let rest = url.split("://").nth(1)?;
+    let authority = rest.split(['/', '?']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let with_port = if host_port.contains(':') {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:5432")
+    };
+    with_port.to_socket_addrs().ok()?.next()
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{}@{}", &url[..scheme_end + 3], user, &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn cargo_bin() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    eprintln!("$ cargo {}", args.join(" "));
+    let status = Command::new(cargo_bin())
+        .current_dir(root)
+        .args(args)
+        .status()
+        .with_context(|| format!("could not run cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}

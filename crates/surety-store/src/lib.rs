@@ -23,3 +23,7 @@ pub use model::{
     Race, Slot, StartAttempt,
 };
 pub use store::{Backend, Store, StoreOptions};
+
+/// The statements, for the benchmark's raw-driver baseline only.
+#[doc(hidden)]
+pub use sql::Sql;

@@ -159,7 +159,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Finish {
     /// The attempt's result won the compare-and-swap and is the job's.
-    Won(Job),
+    Won(Box<Job>),
     /// The job was already completed by `winner`, or the attempt had been
     /// cancelled: the result was discarded and the race recorded.
     Lost { winner: Option<i64> },

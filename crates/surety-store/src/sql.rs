@@ -8,7 +8,7 @@ use crate::Backend;
 
 /// The statements, ready for one engine.
 #[derive(Debug)]
-pub(crate) struct Sql {
+pub struct Sql {
     pub insert_job: String,
     pub select_job_by_key: String,
     pub select_job: String,
@@ -41,7 +41,7 @@ const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_vers
 const OPEN: &str = "('started', 'unknown')";
 
 impl Sql {
-    pub(crate) fn new(backend: Backend) -> Sql {
+    pub fn new(backend: Backend) -> Sql {
         let now = match backend {
             Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS BIGINT)",
             Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",

@@ -319,7 +319,7 @@ impl Store {
             let job = job_from_row(&job)?;
             tx.commit().await?;
             tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "attempt won; job succeeded");
-            return Ok(Finish::Won(job));
+            return Ok(Finish::Won(Box::new(job)));
         }
         // Lost. The update matched no row, so it locked nothing: lock the job
         // now, before the attempt, then close the attempt if it is still
