@@ -119,12 +119,12 @@ impl Sql {
                  WHERE job_id = $1 AND ordinal = $2 AND state = 'started'",
             ),
             record_race: fill(
-                "INSERT INTO races (job_id, loser_ordinal, winner_ordinal, reason, at_ms) \
-                 SELECT id, $2, completed_by, $3, {now} FROM jobs WHERE id = $1",
+                "INSERT INTO races (id, job_id, loser_ordinal, winner_ordinal, reason, at_ms) \
+                 SELECT $2, id, $3, completed_by, $4, {now} FROM jobs WHERE id = $1",
             ),
             select_races: fill(
                 "SELECT r.loser_ordinal, r.winner_ordinal, r.reason, r.at_ms FROM races r \
-                 JOIN jobs j ON j.id = r.job_id WHERE r.job_id = $1 AND j.owner_id = $2 ORDER BY r.id",
+                 JOIN jobs j ON j.id = r.job_id WHERE r.job_id = $1 AND j.owner_id = $2 ORDER BY r.at_ms, r.id",
             ),
             // A job that is not over takes its state from its open attempts;
             // with none open it takes `$2` (queued, or failed once given up).

@@ -101,7 +101,7 @@ impl Store {
                         })
                 };
                 let writer = pool(1).connect(&url).await?;
-                sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
+                sqlx::migrate!("./migrations").run(&writer).await?;
                 let reader = pool(options.max_connections.max(1)).connect(&url).await?;
                 Store {
                     backend: Backend::Sqlite,
@@ -115,7 +115,7 @@ impl Store {
                     .max_connections(options.max_connections.max(1))
                     .connect(&options.url)
                     .await?;
-                sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+                sqlx::migrate!("./migrations").run(&pool).await?;
                 Store {
                     backend: Backend::Postgres,
                     writer: pool.clone(),
@@ -273,7 +273,9 @@ impl Store {
         if renewed == 1 {
             return Ok(());
         }
-        let attempt = self.read_attempt(&handle.job_id, handle.ordinal).await?;
+        let attempt = self
+            .attempt_on(&self.reader, &handle.job_id, handle.ordinal)
+            .await?;
         match attempt.state {
             AttemptState::Started => Err(StoreError::LeaseExpired {
                 job_id: handle.job_id.clone(),
@@ -326,7 +328,7 @@ impl Store {
         // open and record the race.
         let winner = self.lock_job_unscoped(&mut tx, &handle.job_id).await?;
         let attempt = self
-            .attempt_in(&mut tx, &handle.job_id, handle.ordinal)
+            .attempt_on(&mut *tx, &handle.job_id, handle.ordinal)
             .await?;
         let reason = match attempt.state {
             AttemptState::Cancelled => "the attempt had been cancelled out of band",
@@ -339,6 +341,7 @@ impl Store {
         }
         sqlx::query(&self.sql.record_race)
             .bind(&handle.job_id.0)
+            .bind(uuid::Uuid::now_v7().to_string())
             .bind(handle.ordinal)
             .bind(reason)
             .execute(&mut *tx)
@@ -369,7 +372,7 @@ impl Store {
             .await?;
         if !closed {
             let attempt = self
-                .attempt_in(&mut tx, &handle.job_id, handle.ordinal)
+                .attempt_on(&mut *tx, &handle.job_id, handle.ordinal)
                 .await?;
             return Err(refusal(attempt.state, AttemptEvent::Failed));
         }
@@ -402,7 +405,7 @@ impl Store {
             .rows_affected();
         if marked == 0 {
             let attempt = self
-                .attempt_in(&mut tx, &handle.job_id, handle.ordinal)
+                .attempt_on(&mut *tx, &handle.job_id, handle.ordinal)
                 .await?;
             return Err(refusal(attempt.state, AttemptEvent::TimedOut));
         }
@@ -436,7 +439,7 @@ impl Store {
             .close_attempt(&mut tx, &handle, AttemptState::Cancelled, Some(reason))
             .await?;
         if !cancelled {
-            let attempt = self.attempt_in(&mut tx, job_id, ordinal).await?;
+            let attempt = self.attempt_on(&mut *tx, job_id, ordinal).await?;
             return Err(refusal(attempt.state, AttemptEvent::Cancelled));
         }
         self.settle(&mut tx, job_id, JobState::Queued).await?;
@@ -605,29 +608,20 @@ impl Store {
         Ok(())
     }
 
-    async fn attempt_in(
+    /// One attempt, read through a transaction or a pool.
+    async fn attempt_on<'e, E>(
         &self,
-        tx: &mut AnyTx,
+        executor: E,
         job_id: &JobId,
         ordinal: i64,
-    ) -> Result<Attempt, StoreError> {
+    ) -> Result<Attempt, StoreError>
+    where
+        E: sqlx::Executor<'e, Database = sqlx::Any>,
+    {
         let row = sqlx::query(&self.sql.select_attempt)
             .bind(&job_id.0)
             .bind(ordinal)
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| StoreError::AttemptNotFound {
-                job_id: job_id.clone(),
-                ordinal,
-            })?;
-        attempt_from_row(&row)
-    }
-
-    async fn read_attempt(&self, job_id: &JobId, ordinal: i64) -> Result<Attempt, StoreError> {
-        let row = sqlx::query(&self.sql.select_attempt)
-            .bind(&job_id.0)
-            .bind(ordinal)
-            .fetch_optional(&self.reader)
+            .fetch_optional(executor)
             .await?
             .ok_or_else(|| StoreError::AttemptNotFound {
                 job_id: job_id.clone(),

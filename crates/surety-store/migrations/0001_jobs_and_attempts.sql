@@ -1,6 +1,7 @@
 -- Jobs and their attempts. The guarantees of the spec live here, in
 -- constraints and indexes, so that no application code can bypass them.
 -- Times are milliseconds since the Unix epoch on the database's clock.
+-- One file serves SQLite and PostgreSQL alike: keep it to their common SQL.
 
 CREATE TABLE jobs (
     id              TEXT    NOT NULL PRIMARY KEY,
@@ -60,7 +61,7 @@ CREATE INDEX attempts_started_lease
 
 -- Every lost compare-and-swap, kept for audit.
 CREATE TABLE races (
-    id             BIGINT  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id             TEXT    NOT NULL PRIMARY KEY, -- a UUIDv7: ids sort by time
     job_id         TEXT    NOT NULL REFERENCES jobs (id),
     loser_ordinal  BIGINT  NOT NULL,
     winner_ordinal BIGINT,
