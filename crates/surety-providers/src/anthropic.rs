@@ -1,0 +1,275 @@
+//! Anthropic Messages (`POST {base_url}/v1/messages`).
+//!
+//! System messages go to the top-level `system` field; JSON comes through a
+//! single forced tool whose input schema is the contract's, or through a
+//! prefilled `{` on the assistant turn.
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::{ConfigError, ProviderConfig};
+use crate::http::HttpClient;
+use crate::secret::Secret;
+use crate::{
+    BoxFuture, CallContext, Capabilities, ChatRequest, ChatResponse, OutputFormat, Provider,
+    ProviderError, Role, StructuredMode, Usage,
+};
+
+/// The API version this adapter speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The name of the forced tool.
+const TOOL_NAME: &str = "answer";
+
+#[derive(Debug)]
+pub struct AnthropicProvider {
+    config: ProviderConfig,
+    http: HttpClient,
+}
+
+impl AnthropicProvider {
+    pub fn new(
+        config: ProviderConfig,
+        key: Option<Secret>,
+    ) -> Result<AnthropicProvider, ConfigError> {
+        let http = HttpClient::new(
+            &config.id,
+            config.connect_timeout,
+            config.request_timeout,
+            key,
+        )
+        .map_err(|e| {
+            ConfigError::at(
+                format!("providers.{}", config.id),
+                format!("cannot build an HTTP client: {e}"),
+            )
+        })?;
+        Ok(AnthropicProvider { config, http })
+    }
+
+    pub fn structured_mode(&self) -> StructuredMode {
+        self.config
+            .capabilities
+            .structured_output
+            .first()
+            .copied()
+            .unwrap_or(StructuredMode::PromptOnly)
+    }
+
+    /// The request body this adapter sends for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+        let system: Vec<&str> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| m.content.as_str())
+            .collect();
+        let mut messages: Vec<Value> = request
+            .messages
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .map(|m| {
+                let role = if m.role == Role::Assistant {
+                    "assistant"
+                } else {
+                    "user"
+                };
+                json!({ "role": role, "content": m.content })
+            })
+            .collect();
+        let mut body = json!({
+            "model": self.config.model,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+        });
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if let OutputFormat::Json { schema, .. } = &request.output {
+            match self.structured_mode() {
+                StructuredMode::Tool => {
+                    body["tools"] = json!([{
+                        "name": TOOL_NAME,
+                        "description": "Give the answer, in exactly this structure.",
+                        "input_schema": schema,
+                    }]);
+                    body["tool_choice"] = json!({ "type": "tool", "name": TOOL_NAME });
+                }
+                StructuredMode::Prefill => {
+                    messages.push(json!({ "role": "assistant", "content": "{" }))
+                }
+                StructuredMode::PromptOnly => {}
+                other => {
+                    return Err(ProviderError::not_sent(
+                        &self.config.id,
+                        format!(
+                            "structured-output mode `{}` is not an Anthropic mode",
+                            other.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        body["messages"] = json!(messages);
+        Ok(body)
+    }
+
+    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "anthropic-version",
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        if let Some(key) = self.http.secret() {
+            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
+                ProviderError::not_sent(&self.config.id, "the API key is not a valid header value")
+            })?;
+            value.set_sensitive(true);
+            headers.insert("x-api-key", value);
+        }
+        if let Some(name) = &self.config.capabilities.idempotency_header {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                ProviderError::not_sent(&self.config.id, "bad idempotency header name")
+            })?;
+            let value = HeaderValue::from_str(&call.idempotency_key)
+                .map_err(|_| ProviderError::not_sent(&self.config.id, "bad idempotency key"))?;
+            headers.insert(name, value);
+        }
+        Ok(headers)
+    }
+
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        call: &CallContext,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = self.request_body(request)?;
+        let url = format!("{}/v1/messages", self.config.base_url);
+        let answer = self
+            .http
+            .post_json(&url, self.headers(call)?, &body)
+            .await?;
+        let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
+            self.http
+                .bad_response(format!("not a Messages response: {e}"))
+        })?;
+        let mode = self.structured_mode();
+        let mut text = String::new();
+        let mut tool_input = None;
+        for block in wire.content {
+            match block {
+                Block::Text { text: t } => text.push_str(&t),
+                Block::ToolUse { name, input } if name == TOOL_NAME => tool_input = Some(input),
+                Block::ToolUse { name, .. } => {
+                    return Err(self
+                        .http
+                        .bad_response(format!("the model called an unknown tool `{name}`")));
+                }
+                Block::Other => {}
+            }
+        }
+        let stop_reason = wire.stop_reason;
+        let json = match (&request.output, mode) {
+            (OutputFormat::Text, _) => None,
+            (OutputFormat::Json { .. }, StructuredMode::Tool) => {
+                let input = tool_input.ok_or_else(|| {
+                    self.http
+                        .bad_response("the model did not call the forced tool")
+                })?;
+                text = input.to_string();
+                Some(input)
+            }
+            (OutputFormat::Json { .. }, _) => {
+                if stop_reason.as_deref() == Some("max_tokens") {
+                    return Err(self.http.bad_response(format!(
+                        "the answer was cut at max_tokens before the JSON closed: {text}"
+                    )));
+                }
+                if mode == StructuredMode::Prefill {
+                    text.insert(0, '{');
+                }
+                Some(serde_json::from_str(&text).map_err(|e| {
+                    self.http
+                        .bad_response(format!("the answer is not JSON ({e}): {text}"))
+                })?)
+            }
+        };
+        Ok(ChatResponse {
+            structured_mode: json.as_ref().map(|_| mode),
+            text,
+            json,
+            model: wire.model,
+            served_models: None,
+            finish_reason: stop_reason,
+            usage: Usage {
+                prompt_tokens: wire.usage.input_tokens,
+                completion_tokens: wire.usage.output_tokens,
+            },
+            latency: answer.latency,
+        })
+    }
+}
+
+impl Provider for AnthropicProvider {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.config.capabilities
+    }
+
+    fn chat<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        call: &'a CallContext,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(self.send(request, call))
+    }
+
+    fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
+        Box::pin(async move {
+            Err(ProviderError::not_sent(
+                &self.config.id,
+                "Anthropic providers have no models endpoint here",
+            ))
+        })
+    }
+
+    fn tokenize<'a>(&'a self, _text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>> {
+        Box::pin(async move {
+            Err(ProviderError::not_sent(
+                &self.config.id,
+                "Anthropic exposes no tokenizer",
+            ))
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireResponse {
+    model: String,
+    content: Vec<Block>,
+    stop_reason: Option<String>,
+    usage: WireUsage,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        name: String,
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    input_tokens: u64,
+    output_tokens: u64,
+}

@@ -1,0 +1,329 @@
+//! Provider configuration in TOML: parsed strictly (`deny_unknown_fields`)
+//! into raw structs, then validated into a typed [`ProviderConfig`] whose
+//! errors name the TOML path. Secrets are never in the file: only the name
+//! of the environment variable that holds each one.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::secret::Secret;
+use crate::{Capabilities, Provider, StructuredMode, anthropic, openai};
+
+/// A configuration error, naming where in the TOML it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", if self.path.is_empty() { self.message.clone() } else { format!("`{}`: {}", self.path, self.message) })]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn at(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI chat completions, and every server that speaks it.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// How prompts are counted in tokens for this provider.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum TokenizerConfig {
+    /// A tiktoken encoding (`cl100k_base`, `o200k_base`, ...), for OpenAI-family models.
+    Tiktoken(String),
+    /// The server's own tokenize endpoint.
+    Server,
+    /// No tokenizer is known: token checks are reported as unverified.
+    None,
+}
+
+/// `[providers.<id>]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProviderConfig {
+    pub kind: ProviderKind,
+    pub base_url: String,
+    pub model: String,
+    pub api_key_env: Option<String>,
+    pub structured_output: Option<Vec<StructuredMode>>,
+    pub tokenizer: Option<String>,
+    pub context_window: u32,
+    pub seed: Option<bool>,
+    pub idempotency_header: Option<String>,
+    pub models_endpoint: Option<bool>,
+    pub tokenize_endpoint: Option<bool>,
+    #[serde(default)]
+    pub timeouts: RawTimeouts,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    pub connect_ms: Option<u64>,
+    pub request_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    providers: BTreeMap<String, RawProviderConfig>,
+}
+
+/// One validated provider. It holds no secret, so it can be shown, logged
+/// and fingerprinted as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProviderConfig {
+    pub id: String,
+    pub kind: ProviderKind,
+    pub base_url: String,
+    pub model: String,
+    pub api_key_env: Option<String>,
+    #[serde(serialize_with = "serialize_capabilities")]
+    pub capabilities: Capabilities,
+    pub tokenizer: TokenizerConfig,
+    pub context_window: u32,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+/// Every configured provider, by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvidersConfig {
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+impl ProvidersConfig {
+    /// Parses and validates a file of `[providers.<id>]` tables.
+    pub fn from_toml(text: &str) -> Result<ProvidersConfig, ConfigError> {
+        let raw: RawFile =
+            toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
+        let providers = raw
+            .providers
+            .into_iter()
+            .map(|(id, raw)| Ok((id.clone(), ProviderConfig::validate(&id, raw)?)))
+            .collect::<Result<_, ConfigError>>()?;
+        Ok(ProvidersConfig { providers })
+    }
+}
+
+impl ProviderConfig {
+    /// Validates `[providers.<id>]`.
+    pub fn validate(id: &str, raw: RawProviderConfig) -> Result<ProviderConfig, ConfigError> {
+        let path = |field: &str| format!("providers.{id}.{field}");
+        if id.is_empty()
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ConfigError::at(
+                format!("providers.{id}"),
+                "a provider id is letters, digits, `-` and `_`",
+            ));
+        }
+        let base_url = raw.base_url.trim_end_matches('/').to_owned();
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(ConfigError::at(
+                path("base_url"),
+                "must start with http:// or https://",
+            ));
+        }
+        if base_url.contains('@') || base_url.contains('?') {
+            return Err(ConfigError::at(
+                path("base_url"),
+                "must not carry credentials or a query; put the key's variable name in api_key_env",
+            ));
+        }
+        if raw.model.trim().is_empty() {
+            return Err(ConfigError::at(path("model"), "must not be empty"));
+        }
+        if let Some(var) = &raw.api_key_env
+            && (var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        {
+            return Err(ConfigError::at(
+                path("api_key_env"),
+                "must be the name of an environment variable",
+            ));
+        }
+        let (allowed, default_modes): (&[StructuredMode], &[StructuredMode]) = match raw.kind {
+            ProviderKind::Openai => (
+                &[
+                    StructuredMode::JsonSchema,
+                    StructuredMode::JsonObjectSchema,
+                    StructuredMode::JsonObject,
+                    StructuredMode::PromptOnly,
+                ],
+                &[StructuredMode::JsonSchema],
+            ),
+            ProviderKind::Anthropic => (
+                &[
+                    StructuredMode::Tool,
+                    StructuredMode::Prefill,
+                    StructuredMode::PromptOnly,
+                ],
+                &[StructuredMode::Tool],
+            ),
+        };
+        let structured_output = raw
+            .structured_output
+            .unwrap_or_else(|| default_modes.to_vec());
+        if structured_output.is_empty() {
+            return Err(ConfigError::at(
+                path("structured_output"),
+                "must list at least one mode",
+            ));
+        }
+        if let Some(mode) = structured_output.iter().find(|m| !allowed.contains(m)) {
+            let names: Vec<_> = allowed.iter().map(|m| m.as_str()).collect();
+            return Err(ConfigError::at(
+                path("structured_output"),
+                format!(
+                    "`{}` is not a mode of this kind of provider; it has {}",
+                    mode.as_str(),
+                    names.join(", ")
+                ),
+            ));
+        }
+        let tokenize_endpoint = raw.tokenize_endpoint.unwrap_or(false);
+        let tokenizer = match raw.tokenizer.as_deref() {
+            None | Some("none") => TokenizerConfig::None,
+            Some("server") if tokenize_endpoint => TokenizerConfig::Server,
+            Some("server") => {
+                return Err(ConfigError::at(
+                    path("tokenizer"),
+                    "`server` needs `tokenize_endpoint = true`",
+                ));
+            }
+            Some(other) => match other.strip_prefix("tiktoken:") {
+                Some(encoding) if !encoding.is_empty() => {
+                    TokenizerConfig::Tiktoken(encoding.to_owned())
+                }
+                _ => {
+                    return Err(ConfigError::at(
+                        path("tokenizer"),
+                        format!("`{other}` is not `none`, `server` or `tiktoken:<encoding>`"),
+                    ));
+                }
+            },
+        };
+        if raw.context_window == 0 {
+            return Err(ConfigError::at(
+                path("context_window"),
+                "must be at least 1 token",
+            ));
+        }
+        let millis = |field: &str, value: Option<u64>, default: u64| match value.unwrap_or(default)
+        {
+            0 => Err(ConfigError::at(path(field), "must be at least 1 ms")),
+            ms => Ok(Duration::from_millis(ms)),
+        };
+        let is_openai = raw.kind == ProviderKind::Openai;
+        let idempotency_header = match raw.idempotency_header {
+            Some(header) if header.is_empty() => None,
+            Some(header)
+                if !header
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-') =>
+            {
+                return Err(ConfigError::at(
+                    path("idempotency_header"),
+                    "must be an HTTP header name",
+                ));
+            }
+            Some(header) => Some(header),
+            None if is_openai => Some("Idempotency-Key".to_owned()),
+            None => None,
+        };
+        Ok(ProviderConfig {
+            id: id.to_owned(),
+            kind: raw.kind,
+            base_url,
+            model: raw.model,
+            api_key_env: raw.api_key_env,
+            capabilities: Capabilities {
+                structured_output,
+                tokenize_endpoint,
+                models_endpoint: raw.models_endpoint.unwrap_or(is_openai),
+                seed: raw.seed.unwrap_or(is_openai),
+                idempotency_header,
+            },
+            tokenizer,
+            context_window: raw.context_window,
+            connect_timeout: millis("timeouts.connect_ms", raw.timeouts.connect_ms, 5_000)?,
+            request_timeout: millis("timeouts.request_ms", raw.timeouts.request_ms, 120_000)?,
+        })
+    }
+
+    /// Reads the API key from the environment, if the provider names one.
+    pub fn api_key(&self) -> Result<Option<Secret>, ConfigError> {
+        let Some(var) = &self.api_key_env else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(value) if !value.is_empty() => Ok(Some(Secret::new(value))),
+            _ => Err(ConfigError::at(
+                format!("providers.{}.api_key_env", self.id),
+                format!(
+                    "the environment variable {var} is not set; it must hold the API key of provider `{}`",
+                    self.id
+                ),
+            )),
+        }
+    }
+}
+
+/// Builds the adapter for a provider, reading its key from the environment.
+pub fn build_provider(config: &ProviderConfig) -> Result<Arc<dyn Provider>, ConfigError> {
+    let key = config.api_key()?;
+    let provider: Arc<dyn Provider> = match config.kind {
+        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(config.clone(), key)?),
+        ProviderKind::Anthropic => {
+            Arc::new(anthropic::AnthropicProvider::new(config.clone(), key)?)
+        }
+    };
+    Ok(provider)
+}
+
+fn serialize_capabilities<S: serde::Serializer>(
+    caps: &Capabilities,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Shown<'a> {
+        structured_output: &'a [StructuredMode],
+        tokenize_endpoint: bool,
+        models_endpoint: bool,
+        seed: bool,
+        idempotency_header: Option<&'a str>,
+    }
+    Shown {
+        structured_output: &caps.structured_output,
+        tokenize_endpoint: caps.tokenize_endpoint,
+        models_endpoint: caps.models_endpoint,
+        seed: caps.seed,
+        idempotency_header: caps.idempotency_header.as_deref(),
+    }
+    .serialize(s)
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+        })
+    }
+}

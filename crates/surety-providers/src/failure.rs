@@ -1,0 +1,199 @@
+//! The failure table: every way a provider call can fail, in one place,
+//! classified as *definite* (the provider did not do the work; another
+//! provider may be tried) or *unknown* (it may have done the work, and may
+//! bill for it; the attempt becomes `unknown` and nothing is retried).
+//!
+//! | what happened                                   | kind          | class    |
+//! |-------------------------------------------------|---------------|----------|
+//! | refused before sending: no connection, a missing capability or key | `NotSent` | definite |
+//! | HTTP 4xx other than 429 (400/401/403/404/422...) | `Rejected`    | definite |
+//! | HTTP 429, with its Retry-After kept             | `RateLimited` | definite |
+//! | HTTP 500, 501, 503, 505, 529: the server answered that it failed | `ServerError` | definite |
+//! | a 2xx whose body does not fit the request       | `BadResponse` | definite |
+//! | timeout after the request left                  | `Timeout`     | unknown  |
+//! | connection reset or body cut short mid-response | `Reset`       | unknown  |
+//! | HTTP 502, 504 and every other 5xx: a gateway lost the upstream's answer | `Gateway` | unknown |
+
+use std::fmt;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureClass {
+    /// The provider did not do the work: the router may move on.
+    Definite,
+    /// The provider may have done the work: the attempt is `unknown`.
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    NotSent,
+    Rejected,
+    RateLimited,
+    ServerError,
+    BadResponse,
+    Timeout,
+    Reset,
+    Gateway,
+}
+
+impl FailureKind {
+    /// The one place that says which kinds are definite.
+    pub fn class(self) -> FailureClass {
+        match self {
+            FailureKind::NotSent
+            | FailureKind::Rejected
+            | FailureKind::RateLimited
+            | FailureKind::ServerError
+            | FailureKind::BadResponse => FailureClass::Definite,
+            FailureKind::Timeout | FailureKind::Reset | FailureKind::Gateway => {
+                FailureClass::Unknown
+            }
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::NotSent => "not sent",
+            FailureKind::Rejected => "rejected",
+            FailureKind::RateLimited => "rate limited",
+            FailureKind::ServerError => "server error",
+            FailureKind::BadResponse => "bad response",
+            FailureKind::Timeout => "timed out after sending",
+            FailureKind::Reset => "connection reset mid-response",
+            FailureKind::Gateway => "gateway error",
+        }
+    }
+}
+
+/// The kind of failure an HTTP status means; `None` for success.
+pub fn classify_status(status: u16) -> Option<FailureKind> {
+    match status {
+        200..=299 => None,
+        429 => Some(FailureKind::RateLimited),
+        400..=499 => Some(FailureKind::Rejected),
+        500 | 501 | 503 | 505 | 529 => Some(FailureKind::ServerError),
+        502 | 504 => Some(FailureKind::Gateway),
+        500..=599 => Some(FailureKind::Gateway),
+        // 1xx and 3xx are not answers to a chat request.
+        _ => Some(FailureKind::BadResponse),
+    }
+}
+
+/// The kind of failure a transport error means.
+pub fn classify_transport(error: &reqwest::Error) -> FailureKind {
+    if error.is_builder() || error.is_connect() {
+        // No connection was made: the request never left.
+        return FailureKind::NotSent;
+    }
+    if error.is_timeout() {
+        return FailureKind::Timeout;
+    }
+    // A body or protocol error after the request left.
+    FailureKind::Reset
+}
+
+/// A failed provider call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct ProviderError {
+    pub provider: String,
+    pub kind: FailureKind,
+    /// The HTTP status, when the server answered.
+    pub status: Option<u16>,
+    /// How long the provider asked us to wait (HTTP 429's `Retry-After`).
+    pub retry_after: Option<Duration>,
+    /// What went wrong, with the server's own message where it gave one.
+    pub message: String,
+}
+
+impl ProviderError {
+    pub fn new(provider: &str, kind: FailureKind, message: impl Into<String>) -> ProviderError {
+        ProviderError {
+            provider: provider.to_owned(),
+            kind,
+            status: None,
+            retry_after: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn class(&self) -> FailureClass {
+        self.kind.class()
+    }
+
+    /// A definite failure raised before anything was sent.
+    pub fn not_sent(provider: &str, message: impl Into<String>) -> ProviderError {
+        ProviderError::new(provider, FailureKind::NotSent, message)
+    }
+
+    fn describe(&self) -> String {
+        let class = match self.class() {
+            FailureClass::Definite => "definite",
+            FailureClass::Unknown => "unknown",
+        };
+        let status = self
+            .status
+            .map(|s| format!(" (HTTP {s})"))
+            .unwrap_or_default();
+        let retry = self
+            .retry_after
+            .map(|d| format!("; retry after {} s", d.as_secs_f64()))
+            .unwrap_or_default();
+        format!(
+            "provider `{}`: {}{status}, {class} failure: {}{retry}",
+            self.provider,
+            self.kind.as_str(),
+            self.message
+        )
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureClass::Definite => "definite",
+            FailureClass::Unknown => "unknown",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_table() {
+        let table = [
+            (200, None),
+            (400, Some((FailureKind::Rejected, FailureClass::Definite))),
+            (401, Some((FailureKind::Rejected, FailureClass::Definite))),
+            (403, Some((FailureKind::Rejected, FailureClass::Definite))),
+            (404, Some((FailureKind::Rejected, FailureClass::Definite))),
+            (422, Some((FailureKind::Rejected, FailureClass::Definite))),
+            (
+                429,
+                Some((FailureKind::RateLimited, FailureClass::Definite)),
+            ),
+            (
+                500,
+                Some((FailureKind::ServerError, FailureClass::Definite)),
+            ),
+            (
+                503,
+                Some((FailureKind::ServerError, FailureClass::Definite)),
+            ),
+            (
+                529,
+                Some((FailureKind::ServerError, FailureClass::Definite)),
+            ),
+            (502, Some((FailureKind::Gateway, FailureClass::Unknown))),
+            (504, Some((FailureKind::Gateway, FailureClass::Unknown))),
+            (524, Some((FailureKind::Gateway, FailureClass::Unknown))),
+        ];
+        for (status, expect) in table {
+            let got = classify_status(status).map(|k| (k, k.class()));
+            assert_eq!(got, expect, "HTTP {status}");
+        }
+    }
+}

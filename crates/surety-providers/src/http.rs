@@ -1,0 +1,196 @@
+//! Sending one JSON request and classifying whatever comes back, shared by
+//! every wire format.
+
+use std::time::{Duration, Instant};
+
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+use crate::failure::{FailureKind, ProviderError, classify_status, classify_transport};
+use crate::secret::Secret;
+
+/// The most of a server's error body kept in a message.
+const MAX_MESSAGE: usize = 1000;
+
+#[derive(Debug, Clone)]
+pub(crate) struct HttpClient {
+    client: reqwest::Client,
+    provider: String,
+    secret: Option<Secret>,
+}
+
+/// A 2xx answer, parsed.
+pub(crate) struct JsonAnswer {
+    pub body: Value,
+    pub latency: Duration,
+}
+
+impl HttpClient {
+    pub(crate) fn new(
+        provider: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        secret: Option<Secret>,
+    ) -> Result<HttpClient, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .timeout(request_timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(HttpClient {
+            client,
+            provider: provider.to_owned(),
+            secret,
+        })
+    }
+
+    pub(crate) fn secret(&self) -> Option<&Secret> {
+        self.secret.as_ref()
+    }
+
+    pub(crate) async fn post_json(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        body: &Value,
+    ) -> Result<JsonAnswer, ProviderError> {
+        self.send(self.client.post(url).headers(headers).json(body))
+            .await
+    }
+
+    pub(crate) async fn get_json(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+    ) -> Result<JsonAnswer, ProviderError> {
+        self.send(self.client.get(url).headers(headers)).await
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<JsonAnswer, ProviderError> {
+        let started = Instant::now();
+        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers());
+        let body = response.bytes().await;
+        let latency = started.elapsed();
+        if let Some(kind) = classify_status(status) {
+            let text = match &body {
+                Ok(bytes) => server_message(bytes),
+                Err(e) => format!("(the error body could not be read: {e})"),
+            };
+            return Err(ProviderError {
+                provider: self.provider.clone(),
+                kind,
+                status: Some(status),
+                retry_after: if kind == FailureKind::RateLimited {
+                    retry_after
+                } else {
+                    None
+                },
+                message: self.scrub(&text),
+            });
+        }
+        let bytes = body.map_err(|e| self.transport_error(&e))?;
+        let body = serde_json::from_slice(&bytes).map_err(|e| {
+            let mut error = ProviderError::new(
+                &self.provider,
+                FailureKind::BadResponse,
+                self.scrub(&format!(
+                    "the response body is not JSON ({e}): {}",
+                    excerpt(&bytes)
+                )),
+            );
+            error.status = Some(status);
+            error
+        })?;
+        Ok(JsonAnswer { body, latency })
+    }
+
+    fn transport_error(&self, error: &reqwest::Error) -> ProviderError {
+        // reqwest's messages name the URL, never headers; scrub anyway.
+        let message = self.scrub(&error_chain(error));
+        ProviderError::new(&self.provider, classify_transport(error), message)
+    }
+
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        match &self.secret {
+            Some(secret) => secret.scrub(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// A definite failure for a 2xx answer that does not fit the request.
+    pub(crate) fn bad_response(&self, message: impl Into<String>) -> ProviderError {
+        ProviderError::new(
+            &self.provider,
+            FailureKind::BadResponse,
+            self.scrub(&message.into()),
+        )
+    }
+}
+
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// `Retry-After` in seconds (RFC 9110 delta-seconds), or OpenAI's `retry-after-ms`.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+    }
+    header("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+}
+
+/// The server's own words: `error.message` (OpenAI, Anthropic), `detail`
+/// (FastAPI), or the body itself.
+fn server_message(bytes: &[u8]) -> String {
+    let Ok(body) = serde_json::from_slice::<Value>(bytes) else {
+        return excerpt(bytes);
+    };
+    let message = body
+        .pointer("/error/message")
+        .or_else(|| body.pointer("/message"))
+        .or_else(|| body.pointer("/detail"))
+        .map(|m| {
+            m.as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| m.to_string())
+        });
+    let kind = body.pointer("/error/type").and_then(Value::as_str);
+    match (kind, message) {
+        (Some(kind), Some(message)) => truncate(&format!("{kind}: {message}")),
+        (None, Some(message)) => truncate(&message),
+        _ => excerpt(bytes),
+    }
+}
+
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    if text.trim().is_empty() {
+        "(empty body)".to_owned()
+    } else {
+        truncate(&text)
+    }
+}
+
+fn truncate(text: &str) -> String {
+    match text.char_indices().nth(MAX_MESSAGE) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_owned(),
+    }
+}

@@ -1,0 +1,208 @@
+//! surety's provider adapters.
+//!
+//! One trait, [`Provider`], reached the same way by the harness and the
+//! router: a [`ChatRequest`] gives a [`ChatResponse`] or a classified
+//! [`ProviderError`]. One module per wire format ([`openai`], [`anthropic`]);
+//! the failure table lives in [`failure`]; configuration in [`config`].
+//!
+//! Architecture invariant: this crate owns the providers' wire types. Nothing
+//! else builds or parses a provider's JSON.
+
+pub mod anthropic;
+pub mod config;
+pub mod failure;
+mod http;
+pub mod openai;
+mod secret;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use config::{
+    ConfigError, ProviderConfig, ProviderKind, ProvidersConfig, TokenizerConfig, build_provider,
+};
+pub use failure::{FailureClass, FailureKind, ProviderError};
+pub use secret::Secret;
+
+/// A boxed future, so that providers can sit behind `dyn Provider`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One provider, whatever its wire format.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// The id it has in the configuration.
+    fn id(&self) -> &str;
+
+    /// What it can do. A request that needs a capability the provider lacks
+    /// is refused before sending, never silently degraded.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// Sends one chat request.
+    fn chat<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        call: &'a CallContext,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>>;
+
+    /// The models the server says it serves (`/v1/models`), when it has
+    /// such an endpoint.
+    fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>>;
+
+    /// The server's own tokenization of `text`, when it has a tokenize endpoint.
+    fn tokenize<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Message {
+        Message {
+            role: Role::System,
+            content: content.into(),
+        }
+    }
+
+    pub fn user(content: impl Into<String>) -> Message {
+        Message {
+            role: Role::User,
+            content: content.into(),
+        }
+    }
+}
+
+/// What shape of answer a request asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputFormat {
+    Text,
+    /// A JSON value that should match `schema`; `name` labels it on the wire.
+    Json {
+        name: String,
+        schema: Value,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    pub temperature: f32,
+    pub max_tokens: u32,
+    pub seed: Option<u64>,
+    pub output: OutputFormat,
+}
+
+/// Per call: what ties it to surety's attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallContext {
+    /// Sent as the provider-side idempotency key where the provider takes
+    /// one; derived from the attempt, so a retry of the same attempt reuses it.
+    pub idempotency_key: String,
+}
+
+impl CallContext {
+    /// The key for one attempt of one job.
+    pub fn for_attempt(job_id: &str, ordinal: i64) -> CallContext {
+        CallContext {
+            idempotency_key: format!("surety-{job_id}-{ordinal}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResponse {
+    /// The answer's text (for a forced tool call, the tool input as JSON text).
+    pub text: String,
+    /// The parsed answer, when JSON was asked for.
+    pub json: Option<Value>,
+    /// The model id the response names. Some servers echo whatever the
+    /// request said, so it proves nothing alone; see `served_models`.
+    pub model: String,
+    /// What the server's model listing said, when the provider has one.
+    pub served_models: Option<Vec<String>>,
+    /// How the provider said generation stopped (`stop`, `length`, `end_turn`, ...).
+    pub finish_reason: Option<String>,
+    pub usage: Usage,
+    pub latency: Duration,
+    /// How JSON was asked for on the wire.
+    pub structured_mode: Option<StructuredMode>,
+}
+
+/// How a provider can be made to answer in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredMode {
+    /// OpenAI `response_format: {type: "json_schema", json_schema: {strict: true, ...}}`.
+    JsonSchema,
+    /// `response_format: {type: "json_object", schema: {...}}`: llama.cpp's
+    /// servers grammar-constrain the output to the schema.
+    JsonObjectSchema,
+    /// `response_format: {type: "json_object"}`: any JSON object.
+    JsonObject,
+    /// Anthropic: a single tool whose input schema is the contract's, forced by `tool_choice`.
+    Tool,
+    /// Anthropic: the assistant turn is prefilled with `{`.
+    Prefill,
+    /// Nothing on the wire: the prompt alone asks for JSON.
+    PromptOnly,
+}
+
+impl StructuredMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StructuredMode::JsonSchema => "json_schema",
+            StructuredMode::JsonObjectSchema => "json_object_schema",
+            StructuredMode::JsonObject => "json_object",
+            StructuredMode::Tool => "tool",
+            StructuredMode::Prefill => "prefill",
+            StructuredMode::PromptOnly => "prompt_only",
+        }
+    }
+
+    /// Whether the schema itself reaches the provider (and may constrain it).
+    pub fn sends_schema(self) -> bool {
+        match self {
+            StructuredMode::JsonSchema
+            | StructuredMode::JsonObjectSchema
+            | StructuredMode::Tool => true,
+            StructuredMode::JsonObject | StructuredMode::Prefill | StructuredMode::PromptOnly => {
+                false
+            }
+        }
+    }
+}
+
+/// What a provider declares it can do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Structured-output modes, most preferred first. Never empty.
+    pub structured_output: Vec<StructuredMode>,
+    /// A `/extras/tokenize` endpoint (llama.cpp servers).
+    pub tokenize_endpoint: bool,
+    /// A `/v1/models` listing.
+    pub models_endpoint: bool,
+    /// The request's `seed` is honoured.
+    pub seed: bool,
+    /// The header that carries a provider-side idempotency key, if the provider takes one.
+    pub idempotency_header: Option<String>,
+}

@@ -1,0 +1,318 @@
+//! OpenAI chat completions (`POST {base_url}/chat/completions`), which also
+//! covers every OpenAI-compatible server: vLLM, llama.cpp, Groq, Together,
+//! Azure-style deployments.
+
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::config::{ConfigError, ProviderConfig};
+use crate::http::HttpClient;
+use crate::secret::Secret;
+use crate::{
+    BoxFuture, CallContext, Capabilities, ChatRequest, ChatResponse, OutputFormat, Provider,
+    ProviderError, Role, StructuredMode, Usage,
+};
+
+#[derive(Debug)]
+pub struct OpenAiProvider {
+    config: ProviderConfig,
+    http: HttpClient,
+    /// `/v1/models`, asked once.
+    served: OnceCell<Vec<String>>,
+}
+
+impl OpenAiProvider {
+    pub fn new(config: ProviderConfig, key: Option<Secret>) -> Result<OpenAiProvider, ConfigError> {
+        let http = HttpClient::new(
+            &config.id,
+            config.connect_timeout,
+            config.request_timeout,
+            key,
+        )
+        .map_err(|e| {
+            ConfigError::at(
+                format!("providers.{}", config.id),
+                format!("cannot build an HTTP client: {e}"),
+            )
+        })?;
+        Ok(OpenAiProvider {
+            config,
+            http,
+            served: OnceCell::new(),
+        })
+    }
+
+    /// The request body this adapter sends for `request`; public so that
+    /// conformance tests can check it against OpenAI's published schema.
+    pub fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    Role::System => "system",
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                };
+                json!({ "role": role, "content": m.content })
+            })
+            .collect();
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+        });
+        if let (Some(seed), true) = (request.seed, self.config.capabilities.seed) {
+            body["seed"] = json!(seed);
+        }
+        if let OutputFormat::Json { name, schema } = &request.output {
+            match self.structured_mode() {
+                StructuredMode::JsonSchema => {
+                    body["response_format"] = json!({
+                        "type": "json_schema",
+                        "json_schema": { "name": wire_name(name), "schema": schema, "strict": true },
+                    });
+                }
+                StructuredMode::JsonObjectSchema => {
+                    body["response_format"] = json!({ "type": "json_object", "schema": schema });
+                }
+                StructuredMode::JsonObject => {
+                    body["response_format"] = json!({ "type": "json_object" })
+                }
+                StructuredMode::PromptOnly => {}
+                other => {
+                    return Err(ProviderError::not_sent(
+                        &self.config.id,
+                        format!(
+                            "structured-output mode `{}` is not an OpenAI mode",
+                            other.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(body)
+    }
+
+    /// The mode used for JSON: the first the provider declares.
+    pub fn structured_mode(&self) -> StructuredMode {
+        self.config
+            .capabilities
+            .structured_output
+            .first()
+            .copied()
+            .unwrap_or(StructuredMode::PromptOnly)
+    }
+
+    fn headers(&self, call: Option<&CallContext>) -> Result<HeaderMap, ProviderError> {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = self.http.secret() {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
+                    ProviderError::not_sent(
+                        &self.config.id,
+                        "the API key is not a valid header value",
+                    )
+                })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        if let (Some(call), Some(name)) = (call, &self.config.capabilities.idempotency_header) {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                ProviderError::not_sent(&self.config.id, "bad idempotency header name")
+            })?;
+            let value = HeaderValue::from_str(&call.idempotency_key)
+                .map_err(|_| ProviderError::not_sent(&self.config.id, "bad idempotency key"))?;
+            headers.insert(name, value);
+        }
+        Ok(headers)
+    }
+
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        call: &CallContext,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = self.request_body(request)?;
+        let url = format!("{}/chat/completions", self.config.base_url);
+        let answer = self
+            .http
+            .post_json(&url, self.headers(Some(call))?, &body)
+            .await?;
+        let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
+            self.http
+                .bad_response(format!("not a chat completion: {e}"))
+        })?;
+        let choice = wire
+            .choices
+            .into_iter()
+            .next()
+            .ok_or_else(|| self.http.bad_response("the response has no choices"))?;
+        let text = choice.message.content.unwrap_or_default();
+        let finish_reason = choice.finish_reason;
+        let (json, structured_mode) = match &request.output {
+            OutputFormat::Text => (None, None),
+            OutputFormat::Json { .. } => {
+                if finish_reason.as_deref() == Some("length") {
+                    return Err(self.http.bad_response(format!(
+                        "the answer was cut at max_tokens ({}) before the JSON closed: {text}",
+                        request.max_tokens
+                    )));
+                }
+                let value = serde_json::from_str(&text).map_err(|e| {
+                    self.http
+                        .bad_response(format!("the answer is not JSON ({e}): {text}"))
+                })?;
+                (Some(value), Some(self.structured_mode()))
+            }
+        };
+        let served_models = match self.config.capabilities.models_endpoint {
+            true => Some(self.models().await?.clone()),
+            false => None,
+        };
+        Ok(ChatResponse {
+            text,
+            json,
+            model: wire.model,
+            served_models,
+            finish_reason,
+            usage: wire
+                .usage
+                .map(|u| Usage {
+                    prompt_tokens: u.prompt_tokens,
+                    completion_tokens: u.completion_tokens,
+                })
+                .unwrap_or_default(),
+            latency: answer.latency,
+            structured_mode,
+        })
+    }
+
+    async fn models(&self) -> Result<&Vec<String>, ProviderError> {
+        self.served
+            .get_or_try_init(|| async {
+                let url = format!("{}/models", self.config.base_url);
+                let answer = self.http.get_json(&url, self.headers(None)?).await?;
+                let list: ModelList = serde_json::from_value(answer.body)
+                    .map_err(|e| self.http.bad_response(format!("not a model list: {e}")))?;
+                Ok(list.data.into_iter().map(|m| m.id).collect())
+            })
+            .await
+    }
+
+    async fn server_tokenize(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
+        if !self.config.capabilities.tokenize_endpoint {
+            return Err(ProviderError::not_sent(
+                &self.config.id,
+                "this provider declares no tokenize endpoint",
+            ));
+        }
+        // llama.cpp servers serve it beside /v1, not under it.
+        let root = self.config.base_url.trim_end_matches("/v1");
+        let url = format!("{root}/extras/tokenize");
+        let body = json!({ "input": text, "model": self.config.model });
+        let answer = self
+            .http
+            .post_json(&url, self.headers(None)?, &body)
+            .await?;
+        let tokens: Tokens = serde_json::from_value(answer.body)
+            .map_err(|e| self.http.bad_response(format!("not a token list: {e}")))?;
+        Ok(tokens.tokens)
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.config.capabilities
+    }
+
+    fn chat<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        call: &'a CallContext,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(self.send(request, call))
+    }
+
+    fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
+        Box::pin(async move {
+            if !self.config.capabilities.models_endpoint {
+                return Err(ProviderError::not_sent(
+                    &self.config.id,
+                    "this provider declares no models endpoint",
+                ));
+            }
+            Ok(self.models().await?.clone())
+        })
+    }
+
+    fn tokenize<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>> {
+        Box::pin(self.server_tokenize(text))
+    }
+}
+
+/// OpenAI limits schema names to `[a-zA-Z0-9_-]{1,64}`.
+fn wire_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "answer".to_owned()
+    } else {
+        cleaned
+    }
+}
+
+#[derive(Deserialize)]
+struct WireResponse {
+    model: String,
+    choices: Vec<WireChoice>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice {
+    message: WireMessage,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+#[derive(Deserialize)]
+struct ModelList {
+    data: Vec<ModelEntry>,
+}
+
+#[derive(Deserialize)]
+struct ModelEntry {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct Tokens {
+    tokens: Vec<u32>,
+}
