@@ -4,6 +4,8 @@
 //!   suite, PostgreSQL included. The one test command of the README and CI.
 //! - `bench store`: the store benchmark (jobs per second against the raw
 //!   driver), figures to stdout and to `target/bench/store.json`.
+//! - `openapi-extract`: copies the chat-completions schemas out of OpenAI's
+//!   OpenAPI document into the tests' data, recording the source commit.
 
 // A command-line tool: what it prints is its output.
 #![allow(clippy::print_stdout)]
@@ -16,11 +18,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+mod openapi;
+
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   test           cargo fmt --check, cargo clippy -D warnings, and every test (PostgreSQL included)
-  bench store    the store benchmark: jobs/s through the store beside the raw driver";
+  bench store    the store benchmark: jobs/s through the store beside the raw driver
+  openapi-extract [--from PATH]
+                 extract CreateChatCompletionRequest/Response from OpenAI's OpenAPI document
+                 (default ../shared/openai-openapi) into tests/data/openai/";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +36,8 @@ fn main() -> Result<()> {
     match args.as_slice() {
         ["test"] => test(&root),
         ["bench", "store"] => bench_store(&root),
+        ["openapi-extract"] => openapi::extract(&root, &root.join("../shared/openai-openapi")),
+        ["openapi-extract", "--from", from] => openapi::extract(&root, Path::new(from)),
         ["bench", other] => bail!("unknown benchmark `{other}`\n\n{USAGE}"),
         ["help" | "--help" | "-h"] | [] => {
             eprintln!("{USAGE}");

@@ -267,13 +267,17 @@ impl ProviderConfig {
         })
     }
 
-    /// Reads the API key from the environment, if the provider names one.
-    pub fn api_key(&self) -> Result<Option<Secret>, ConfigError> {
+    /// Reads the API key through `lookup` (the environment, in
+    /// [`build_provider`]), if the provider names one.
+    pub fn api_key(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<Secret>, ConfigError> {
         let Some(var) = &self.api_key_env else {
             return Ok(None);
         };
-        match std::env::var(var) {
-            Ok(value) if !value.is_empty() => Ok(Some(Secret::new(value))),
+        match lookup(var) {
+            Some(value) if !value.is_empty() => Ok(Some(Secret::new(value))),
             _ => Err(ConfigError::at(
                 format!("providers.{}.api_key_env", self.id),
                 format!(
@@ -287,7 +291,15 @@ impl ProviderConfig {
 
 /// Builds the adapter for a provider, reading its key from the environment.
 pub fn build_provider(config: &ProviderConfig) -> Result<Arc<dyn Provider>, ConfigError> {
-    let key = config.api_key()?;
+    build_provider_with(config, &|var| std::env::var(var).ok())
+}
+
+/// Builds the adapter for a provider, reading its key through `lookup`.
+pub fn build_provider_with(
+    config: &ProviderConfig,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Provider>, ConfigError> {
+    let key = config.api_key(lookup)?;
     let provider: Arc<dyn Provider> = match config.kind {
         ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(config.clone(), key)?),
         ProviderKind::Anthropic => {

@@ -67,6 +67,22 @@ impl HttpClient {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<JsonAnswer, ProviderError> {
+        let result = self.exchange(request).await;
+        match &result {
+            Ok(answer) => {
+                tracing::debug!(provider = %self.provider, latency_ms = answer.latency.as_millis() as u64, "provider answered")
+            }
+            Err(error) => {
+                tracing::warn!(provider = %self.provider, error = %error, "provider call failed")
+            }
+        }
+        result
+    }
+
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<JsonAnswer, ProviderError> {
         let started = Instant::now();
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         let status = response.status().as_u16();

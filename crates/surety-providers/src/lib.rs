@@ -25,6 +25,7 @@ use serde_json::Value;
 
 pub use config::{
     ConfigError, ProviderConfig, ProviderKind, ProvidersConfig, TokenizerConfig, build_provider,
+    build_provider_with,
 };
 pub use failure::{FailureClass, FailureKind, ProviderError};
 pub use secret::Secret;

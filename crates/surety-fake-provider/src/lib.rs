@@ -1,0 +1,538 @@
+//! A fault-injecting fake LLM provider — a TEST TOOL, never a provider.
+//!
+//! It speaks OpenAI chat completions (`POST /v1/chat/completions`,
+//! `GET /v1/models`) and Anthropic Messages (`POST /v1/messages`) on
+//! 127.0.0.1, and answers as a [`Script`] says: per request, by model name,
+//! by prompt text or by call number, with fixed or random latency, a hang,
+//! any status, a connection reset after N bytes, a malformed body, or any
+//! reply text (schema-valid but wrong answers, invented keys, prose instead
+//! of JSON, a different answer on every call). It counts calls, per
+//! idempotency key too, and lets tests wait on those counts instead of
+//! sleeping.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// What the fake does, rule by rule: the first rule that matches a request
+/// answers it; with none, `default` does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    #[serde(default = "Behavior::default_reply")]
+    pub default: Behavior,
+    /// What `GET /v1/models` lists.
+    #[serde(default = "default_served")]
+    pub served_models: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub when: When,
+    pub then: Behavior,
+    #[serde(default)]
+    pub latency: Latency,
+}
+
+/// Which requests a rule answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum When {
+    Always,
+    /// The request's `model` is exactly this.
+    Model(String),
+    /// Some message of the request contains this text.
+    PromptContains(String),
+    /// The n-th call the fake receives (1-based).
+    Call(u64),
+}
+
+/// How a rule answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Behavior {
+    /// A normal answer whose content is this text.
+    Reply(String),
+    /// A normal answer, a different text on each call that reaches the rule
+    /// (the nondeterminism of a provider that ignores temperature 0).
+    Cycle(Vec<String>),
+    /// An error status with this JSON body, and optionally a Retry-After header.
+    Status {
+        status: u16,
+        body: Value,
+        retry_after: Option<String>,
+    },
+    /// Never answers.
+    Hang,
+    /// Sends the headers and the first `bytes` bytes of a normal answer, then drops the connection.
+    ResetAfter { bytes: usize },
+    /// HTTP 200 with a body that is not JSON.
+    MalformedBody,
+    /// HTTP 401 whose message repeats the credentials the request carried,
+    /// as careless servers do.
+    EchoCredentials,
+}
+
+impl Behavior {
+    fn default_reply() -> Behavior {
+        Behavior::Reply("{}".to_owned())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Latency {
+    #[default]
+    None,
+    FixedMs(u64),
+    RandomMs {
+        min: u64,
+        max: u64,
+    },
+}
+
+fn default_served() -> Vec<String> {
+    vec!["surety-fake-1".to_owned()]
+}
+
+impl Default for Script {
+    fn default() -> Script {
+        Script {
+            rules: Vec::new(),
+            default: Behavior::default_reply(),
+            served_models: default_served(),
+        }
+    }
+}
+
+impl Script {
+    /// Every request gets `behavior`.
+    pub fn always(behavior: Behavior) -> Script {
+        Script {
+            default: behavior,
+            ..Script::default()
+        }
+    }
+
+    pub fn rule(mut self, when: When, then: Behavior) -> Script {
+        self.rules.push(Rule {
+            when,
+            then,
+            latency: Latency::None,
+        });
+        self
+    }
+
+    pub fn rule_with_latency(mut self, when: When, then: Behavior, latency: Latency) -> Script {
+        self.rules.push(Rule {
+            when,
+            then,
+            latency,
+        });
+        self
+    }
+}
+
+/// Which wire format a request came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WireFormat {
+    OpenAi,
+    Anthropic,
+}
+
+/// A request as the fake received it (credentials left out).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recorded {
+    pub format: WireFormat,
+    pub model: String,
+    pub idempotency_key: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    total: u64,
+    by_key: HashMap<String, u64>,
+    by_rule: HashMap<usize, u64>,
+    requests: Vec<Recorded>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    script: RwLock<Script>,
+    log: Mutex<Log>,
+    calls: watch::Sender<u64>,
+}
+
+/// A running fake. Dropping it stops the server.
+#[derive(Debug)]
+pub struct FakeProvider {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl FakeProvider {
+    /// Starts a fake on 127.0.0.1 at a port the system picks.
+    pub async fn start(script: Script) -> std::io::Result<FakeProvider> {
+        FakeProvider::start_on(
+            "127.0.0.1:0".parse().map_err(std::io::Error::other)?,
+            script,
+        )
+        .await
+    }
+
+    pub async fn start_on(addr: SocketAddr, script: Script) -> std::io::Result<FakeProvider> {
+        let (calls, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            script: RwLock::new(script),
+            log: Mutex::new(Log::default()),
+            calls,
+        });
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let app = router(shared.clone());
+        let server = tokio::spawn(async move {
+            // The server runs until the fake is dropped; an accept error ends it.
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(FakeProvider {
+            addr,
+            shared,
+            server,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL an OpenAI-format provider config takes (`.../v1`).
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The base URL an Anthropic-format provider config takes.
+    pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Replaces the script; calls already counted stay counted.
+    pub fn set_script(&self, script: Script) {
+        *write(&self.shared.script) = script;
+    }
+
+    /// Chat calls received so far (model listings are not counted).
+    pub fn calls(&self) -> u64 {
+        lock(&self.shared.log).total
+    }
+
+    /// Chat calls received with this idempotency key.
+    pub fn calls_with_key(&self, key: &str) -> u64 {
+        lock(&self.shared.log).by_key.get(key).copied().unwrap_or(0)
+    }
+
+    /// Every chat request received, in order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        lock(&self.shared.log).requests.clone()
+    }
+
+    /// Waits until at least `n` chat calls have arrived. `limit` only bounds
+    /// a test that would otherwise hang; returns false if it ran out.
+    pub async fn wait_for_calls(&self, n: u64, limit: Duration) -> bool {
+        let mut calls = self.shared.calls.subscribe();
+        tokio::time::timeout(limit, calls.wait_for(|&c| c >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(openai_chat))
+        .route("/v1/messages", post(anthropic_messages))
+        .route("/v1/models", get(models))
+        .with_state(shared)
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    let served = read(&shared.script).served_models.clone();
+    let data: Vec<Value> = served
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "surety-fake"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// What one request asks and how the fake will answer it.
+struct Plan {
+    call: u64,
+    model: String,
+    behavior: Behavior,
+    latency: Latency,
+    /// For `Cycle`: how many calls reached the rule before this one.
+    rule_calls: u64,
+}
+
+fn plan(shared: &Shared, format: WireFormat, headers: &HeaderMap, body: &Value) -> Plan {
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let prompt = prompt_text(body);
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut log = lock(&shared.log);
+    log.total += 1;
+    let call = log.total;
+    if let Some(key) = &key {
+        *log.by_key.entry(key.clone()).or_default() += 1;
+    }
+    log.requests.push(Recorded {
+        format,
+        model: model.clone(),
+        idempotency_key: key,
+        body: body.clone(),
+    });
+    let script = read(&shared.script);
+    let matched = script
+        .rules
+        .iter()
+        .enumerate()
+        .find(|(_, rule)| match &rule.when {
+            When::Always => true,
+            When::Model(m) => *m == model,
+            When::PromptContains(text) => prompt.contains(text.as_str()),
+            When::Call(n) => *n == call,
+        });
+    let (index, behavior, latency) = match matched {
+        Some((i, rule)) => (i, rule.then.clone(), rule.latency),
+        None => (usize::MAX, script.default.clone(), Latency::None),
+    };
+    let counter = log.by_rule.entry(index).or_default();
+    let rule_calls = *counter;
+    *counter += 1;
+    drop(log);
+    shared.calls.send_replace(call);
+    Plan {
+        call,
+        model,
+        behavior,
+        latency,
+        rule_calls,
+    }
+}
+
+/// Every message's text, for matching rules.
+fn prompt_text(body: &Value) -> String {
+    let mut text = String::new();
+    if let Some(system) = body["system"].as_str() {
+        text.push_str(system);
+        text.push('\n');
+    }
+    for message in body["messages"].as_array().into_iter().flatten() {
+        match &message["content"] {
+            Value::String(s) => text.push_str(s),
+            Value::Array(parts) => {
+                for part in parts {
+                    text.push_str(part["text"].as_str().unwrap_or_default());
+                }
+            }
+            _ => {}
+        }
+        text.push('\n');
+    }
+    text
+}
+
+async fn wait(latency: Latency) {
+    let ms = match latency {
+        Latency::None => return,
+        Latency::FixedMs(ms) => ms,
+        Latency::RandomMs { min, max } => rand::random_range(min..=max.max(min)),
+    };
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// Answers a request as its plan says; `ok` builds a normal answer from the reply text.
+async fn answer(plan: Plan, headers: &HeaderMap, ok: impl Fn(&str) -> Value) -> Response {
+    wait(plan.latency).await;
+    match plan.behavior {
+        Behavior::Reply(text) => axum::Json(ok(&text)).into_response(),
+        Behavior::Cycle(texts) if texts.is_empty() => axum::Json(ok("")).into_response(),
+        Behavior::Cycle(texts) => {
+            let text = &texts[(plan.rule_calls % texts.len() as u64) as usize];
+            axum::Json(ok(text)).into_response()
+        }
+        Behavior::Status {
+            status,
+            body,
+            retry_after,
+        } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = (status, axum::Json(body)).into_response();
+            if let Some(value) = retry_after.and_then(|v| v.parse().ok()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            response
+        }
+        Behavior::Hang => std::future::pending().await,
+        Behavior::ResetAfter { bytes } => {
+            let full = serde_json::to_vec(&ok("{\"answer\": \"this body is cut short\"}"))
+                .unwrap_or_default();
+            let head = Bytes::copy_from_slice(&full[..bytes.min(full.len().saturating_sub(1))]);
+            let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+                Ok(head),
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "scripted reset",
+                )),
+            ];
+            let mut response = Response::new(Body::from_stream(futures_util::stream::iter(chunks)));
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            headers.insert(
+                header::CONTENT_LENGTH,
+                header::HeaderValue::from(full.len()),
+            );
+            response
+        }
+        Behavior::MalformedBody => {
+            let body = format!(
+                "{{\"id\": \"chatcmpl-fake-{}\", \"choices\": [{{\"message\": ",
+                plan.call
+            );
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Behavior::EchoCredentials => {
+            let seen = ["authorization", "x-api-key"]
+                .iter()
+                .filter_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let body = json!({"error": {"type": "authentication_error", "message": format!("invalid credentials: {seen}")}});
+            (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
+        }
+    }
+}
+
+async fn openai_chat(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return bad_request("the request body is not JSON");
+    };
+    let plan = plan(&shared, WireFormat::OpenAi, &headers, &body);
+    let (call, model) = (plan.call, plan.model.clone());
+    let prompt_tokens = word_count(&prompt_text(&body));
+    answer(plan, &headers, |text| {
+        let completion_tokens = word_count(text);
+        json!({
+            "id": format!("chatcmpl-fake-{call}"),
+            "object": "chat.completion",
+            "created": 1_767_225_600,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": null},
+                "logprobs": null,
+                "finish_reason": "stop",
+            }],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        })
+    })
+    .await
+}
+
+async fn anthropic_messages(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return bad_request("the request body is not JSON");
+    };
+    let plan = plan(&shared, WireFormat::Anthropic, &headers, &body);
+    let (call, model) = (plan.call, plan.model.clone());
+    let prompt_tokens = word_count(&prompt_text(&body));
+    let forced_tool = body["tool_choice"]["name"].as_str().map(str::to_owned);
+    let prefilled = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .filter(|m| m["role"] == "assistant")
+        .and_then(|m| m["content"].as_str())
+        .map(str::to_owned);
+    answer(plan, &headers, |text| {
+        let (content, stop_reason) = match (&forced_tool, serde_json::from_str::<Value>(text)) {
+            (Some(name), Ok(input)) => {
+                (json!([{"type": "tool_use", "id": format!("toolu_fake_{call}"), "name": name, "input": input}]), "tool_use")
+            }
+            _ => {
+                // A prefilled turn is continued, not repeated.
+                let text = prefilled.as_deref().and_then(|p| text.strip_prefix(p)).unwrap_or(text);
+                (json!([{"type": "text", "text": text}]), "end_turn")
+            }
+        };
+        json!({
+            "id": format!("msg_fake_{call}"),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": null,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": word_count(text)},
+        })
+    })
+    .await
+}
+
+fn bad_request(message: &str) -> Response {
+    let body = json!({"error": {"type": "invalid_request_error", "message": message}});
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// A stand-in token count: the fake has no tokenizer and says so by name.
+fn word_count(text: &str) -> u64 {
+    text.split_whitespace().count() as u64
+}

@@ -1,0 +1,106 @@
+//! Provider configuration: strict parsing, and validation errors that name
+//! the TOML path.
+
+use surety_providers::{ProvidersConfig, StructuredMode, TokenizerConfig};
+
+const GOOD: &str = r#"
+[providers.local-gemma]
+kind = "openai"
+base_url = "http://127.0.0.1:8077/v1/"
+model = "gemma-3-270m"
+structured_output = ["json_object_schema", "json_object"]
+tokenize_endpoint = true
+tokenizer = "server"
+context_window = 2048
+seed = true
+
+[providers.claude]
+kind = "anthropic"
+base_url = "https://api.anthropic.com"
+model = "claude-sonnet-4-5"
+api_key_env = "ANTHROPIC_API_KEY"
+context_window = 200000
+timeouts = { connect_ms = 2000, request_ms = 30000 }
+"#;
+
+#[test]
+fn a_good_file_validates_into_typed_config() {
+    let config = ProvidersConfig::from_toml(GOOD).unwrap();
+    let gemma = &config.providers["local-gemma"];
+    assert_eq!(gemma.base_url, "http://127.0.0.1:8077/v1");
+    assert_eq!(
+        gemma.capabilities.structured_output,
+        [StructuredMode::JsonObjectSchema, StructuredMode::JsonObject]
+    );
+    assert_eq!(gemma.tokenizer, TokenizerConfig::Server);
+    assert_eq!(
+        gemma.capabilities.idempotency_header.as_deref(),
+        Some("Idempotency-Key")
+    );
+    let claude = &config.providers["claude"];
+    assert_eq!(
+        claude.capabilities.structured_output,
+        [StructuredMode::Tool]
+    );
+    assert!(!claude.capabilities.seed);
+    assert_eq!(claude.request_timeout.as_millis(), 30000);
+}
+
+#[track_caller]
+fn check_error(toml: &str, expect: &str) {
+    let error = ProvidersConfig::from_toml(toml).unwrap_err().to_string();
+    assert!(error.contains(expect), "expected `{expect}` in:\n{error}");
+}
+
+#[test]
+fn bad_files_get_errors_naming_the_toml_path() {
+    let base = "[providers.p]\nkind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncontext_window = 10\n";
+    check_error(
+        &format!("{base}colour = \"blue\"\n"),
+        "unknown field `colour`",
+    );
+    check_error(
+        &base.replace("http://x/v1", "ftp://x"),
+        "`providers.p.base_url`: must start with http",
+    );
+    check_error(
+        &base.replace("http://x/v1", "https://user:pw@x/v1"),
+        "`providers.p.base_url`: must not carry credentials",
+    );
+    check_error(
+        &base.replace("model = \"m\"", "model = \" \""),
+        "`providers.p.model`: must not be empty",
+    );
+    check_error(
+        &base.replace("context_window = 10", "context_window = 0"),
+        "`providers.p.context_window`",
+    );
+    check_error(
+        &format!("{base}structured_output = [\"tool\"]\n"),
+        "`providers.p.structured_output`: `tool` is not a mode",
+    );
+    check_error(
+        &format!("{base}structured_output = []\n"),
+        "`providers.p.structured_output`: must list at least one mode",
+    );
+    check_error(
+        &format!("{base}tokenizer = \"server\"\n"),
+        "`providers.p.tokenizer`: `server` needs",
+    );
+    check_error(
+        &format!("{base}tokenizer = \"sentencepiece\"\n"),
+        "`providers.p.tokenizer`",
+    );
+    check_error(
+        &format!("{base}api_key_env = \"sk-live-123\"\n"),
+        "`providers.p.api_key_env`",
+    );
+    check_error(
+        &format!("{base}[providers.p.timeouts]\nrequest_ms = 0\n"),
+        "`providers.p.timeouts.request_ms`",
+    );
+    check_error(
+        &base.replace("kind = \"openai\"", "kind = \"gemini\""),
+        "unknown variant `gemini`",
+    );
+}

@@ -1,0 +1,253 @@
+//! One test per row of the failure table (`surety_providers::failure`),
+//! against the fake provider.
+
+use std::time::Duration;
+
+use serde_json::json;
+use surety_fake_provider::{Behavior, FakeProvider, Script, When};
+use surety_providers::{FailureClass, FailureKind, ProviderError};
+
+use crate::support::{call, json_request, provider_at, provider_for};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Sends one JSON request to a fake that does `behavior`, through the given
+/// wire format, and returns the error.
+async fn fail_with(kind: &str, behavior: Behavior, extra: &str) -> (ProviderError, FakeProvider) {
+    let fake = FakeProvider::start(Script::always(behavior)).await.unwrap();
+    let provider = provider_for(&fake, kind, extra);
+    let error = provider.chat(&json_request(), &call(1)).await.unwrap_err();
+    (error, fake)
+}
+
+#[track_caller]
+fn check(error: &ProviderError, kind: FailureKind, class: FailureClass, status: Option<u16>) {
+    assert_eq!(
+        (error.kind, error.class(), error.status),
+        (kind, class, status),
+        "{error}"
+    );
+}
+
+fn error_body(kind: &str, message: &str) -> serde_json::Value {
+    json!({"error": {"type": kind, "message": message}})
+}
+
+#[tokio::test]
+async fn refused_before_sending_connection_refused() {
+    // A port that was free a moment ago and has nobody listening now.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let provider = provider_at(&format!("http://127.0.0.1:{port}/v1"), "openai", "");
+    let error = provider.chat(&json_request(), &call(1)).await.unwrap_err();
+    check(&error, FailureKind::NotSent, FailureClass::Definite, None);
+}
+
+#[tokio::test]
+async fn refused_before_sending_missing_capability() {
+    let fake = FakeProvider::start(Script::default()).await.unwrap();
+    let provider = provider_for(&fake, "openai", "");
+    let error = provider.tokenize("hello").await.unwrap_err();
+    check(&error, FailureKind::NotSent, FailureClass::Definite, None);
+    assert!(error.message.contains("no tokenize endpoint"), "{error}");
+    assert_eq!(fake.calls(), 0);
+}
+
+#[tokio::test]
+async fn client_errors_are_definite_and_keep_the_servers_message() {
+    for status in [400, 401, 403, 404, 422] {
+        for kind in ["openai", "anthropic"] {
+            let message = format!("scripted {status} for {kind}");
+            let behavior = Behavior::Status {
+                status,
+                body: error_body("invalid_request_error", &message),
+                retry_after: None,
+            };
+            let (error, fake) = fail_with(kind, behavior, "").await;
+            check(
+                &error,
+                FailureKind::Rejected,
+                FailureClass::Definite,
+                Some(status),
+            );
+            assert!(error.message.contains(&message), "{error}");
+            assert_eq!(fake.calls(), 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_is_definite_and_keeps_retry_after() {
+    let behavior = Behavior::Status {
+        status: 429,
+        body: error_body("rate_limit_error", "slow down"),
+        retry_after: Some("7".into()),
+    };
+    let (error, _) = fail_with("openai", behavior.clone(), "").await;
+    check(
+        &error,
+        FailureKind::RateLimited,
+        FailureClass::Definite,
+        Some(429),
+    );
+    assert_eq!(error.retry_after, Some(Duration::from_secs(7)));
+    let (error, _) = fail_with("anthropic", behavior, "").await;
+    assert_eq!(error.retry_after, Some(Duration::from_secs(7)));
+}
+
+#[tokio::test]
+async fn a_server_that_answers_it_failed_is_definite() {
+    for status in [500, 503, 529] {
+        let behavior = Behavior::Status {
+            status,
+            body: error_body("internal_server_error", "boom"),
+            retry_after: None,
+        };
+        let (error, _) = fail_with("openai", behavior, "").await;
+        check(
+            &error,
+            FailureKind::ServerError,
+            FailureClass::Definite,
+            Some(status),
+        );
+        assert!(
+            error.message.contains("internal_server_error: boom"),
+            "{error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_response_that_does_not_fit_the_request_is_definite() {
+    let (error, _) = fail_with("openai", Behavior::MalformedBody, "").await;
+    check(
+        &error,
+        FailureKind::BadResponse,
+        FailureClass::Definite,
+        Some(200),
+    );
+    // JSON was asked for; prose came back.
+    let prose = Behavior::Reply("Sure! The category is billing.".into());
+    let (error, _) = fail_with(
+        "openai",
+        prose.clone(),
+        "structured_output = [\"json_object\"]",
+    )
+    .await;
+    check(
+        &error,
+        FailureKind::BadResponse,
+        FailureClass::Definite,
+        None,
+    );
+    assert!(error.message.contains("not JSON"), "{error}");
+    let (error, _) = fail_with("anthropic", prose, "structured_output = [\"prefill\"]").await;
+    check(
+        &error,
+        FailureKind::BadResponse,
+        FailureClass::Definite,
+        None,
+    );
+}
+
+#[tokio::test]
+async fn a_timeout_after_the_request_left_is_unknown() {
+    let fake = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let provider = provider_for(
+        &fake,
+        "openai",
+        "[providers.fake.timeouts]\nrequest_ms = 300",
+    );
+    let error = provider.chat(&json_request(), &call(1)).await.unwrap_err();
+    check(&error, FailureKind::Timeout, FailureClass::Unknown, None);
+    assert!(
+        fake.wait_for_calls(1, WAIT).await,
+        "the request reached the provider"
+    );
+}
+
+#[tokio::test]
+async fn a_reset_mid_body_is_unknown() {
+    for kind in ["openai", "anthropic"] {
+        let (error, fake) = fail_with(kind, Behavior::ResetAfter { bytes: 24 }, "").await;
+        check(&error, FailureKind::Reset, FailureClass::Unknown, None);
+        assert_eq!(fake.calls(), 1);
+    }
+}
+
+#[tokio::test]
+async fn gateway_errors_are_unknown() {
+    for status in [502, 504] {
+        let behavior = Behavior::Status {
+            status,
+            body: json!("<html>bad gateway</html>"),
+            retry_after: None,
+        };
+        let (error, _) = fail_with("openai", behavior, "").await;
+        check(
+            &error,
+            FailureKind::Gateway,
+            FailureClass::Unknown,
+            Some(status),
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_call_sends_the_attempts_idempotency_key() {
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(
+        r#"{"category": "billing", "urgent": false}"#.into(),
+    )))
+    .await
+    .unwrap();
+    let provider = provider_for(&fake, "openai", "");
+    provider.chat(&json_request(), &call(1)).await.unwrap();
+    provider.chat(&json_request(), &call(1)).await.unwrap();
+    provider.chat(&json_request(), &call(2)).await.unwrap();
+    assert_eq!(
+        fake.calls_with_key(&call(1).idempotency_key),
+        2,
+        "a retry of one attempt reuses its key"
+    );
+    assert_eq!(fake.calls_with_key(&call(2).idempotency_key), 1);
+    // Anthropic takes none by default, and none is sent.
+    let anthropic = provider_for(&fake, "anthropic", "");
+    anthropic.chat(&json_request(), &call(3)).await.unwrap();
+    assert_eq!(fake.requests().last().unwrap().idempotency_key, None);
+}
+
+#[tokio::test]
+async fn scripted_answers_come_back_parsed() {
+    let script = Script::default().rule(
+        When::Model("fake-model".into()),
+        Behavior::Reply(r#"{"category": "bug", "urgent": true}"#.into()),
+    );
+    let fake = FakeProvider::start(script).await.unwrap();
+    for kind in ["openai", "anthropic"] {
+        let provider = provider_for(&fake, kind, "");
+        let response = provider.chat(&json_request(), &call(1)).await.unwrap();
+        assert_eq!(
+            response.json,
+            Some(json!({"category": "bug", "urgent": true})),
+            "{kind}"
+        );
+        assert_eq!(response.model, "fake-model");
+    }
+    // Anthropic's forced tool carried the schema.
+    let sent = fake.requests().last().unwrap().body.clone();
+    assert_eq!(
+        sent["tool_choice"],
+        json!({"type": "tool", "name": "answer"})
+    );
+    assert_eq!(
+        sent["tools"][0]["input_schema"],
+        crate::support::ticket_schema()
+    );
+    assert_eq!(
+        sent["system"],
+        "Classify the support ticket. Answer with JSON only."
+    );
+}

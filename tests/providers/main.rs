@@ -1,0 +1,12 @@
+//! The provider adapters against the fake provider, OpenAI's published
+//! schemas, and a real model on a real third-party server.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod config;
+mod conformance;
+mod failure_table;
+mod local_gemma;
+mod secrets;
+mod support;
