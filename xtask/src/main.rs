@@ -4,6 +4,7 @@
 //!   suite, PostgreSQL included. The one test command of the README and CI.
 //! - `bench store`: the store benchmark (jobs per second against the raw
 //!   driver), figures to stdout and to `target/bench/store.json`.
+//! - `local-provider [install]`: a real model on a real third-party server.
 //! - `openapi-extract`: copies the chat-completions schemas out of OpenAI's
 //!   OpenAPI document into the tests' data, recording the source commit.
 
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+mod local_provider;
 mod openapi;
 
 const USAGE: &str = "usage: cargo xtask <command>
@@ -25,6 +27,9 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test           cargo fmt --check, cargo clippy -D warnings, and every test (PostgreSQL included)
   bench store    the store benchmark: jobs/s through the store beside the raw driver
+  local-provider [install]
+                 install (once, into ~/.cache/surety) and serve llama-cpp-python with Gemma 3 270M
+                 on loopback; `install` only installs
   openapi-extract [--from PATH]
                  extract CreateChatCompletionRequest/Response from OpenAI's OpenAPI document
                  (default ../shared/openai-openapi) into tests/data/openai/";
@@ -36,6 +41,8 @@ fn main() -> Result<()> {
     match args.as_slice() {
         ["test"] => test(&root),
         ["bench", "store"] => bench_store(&root),
+        ["local-provider"] => local_provider::serve(&local_provider::Paths::new()?),
+        ["local-provider", "install"] => local_provider::install(&local_provider::Paths::new()?),
         ["openapi-extract"] => openapi::extract(&root, &root.join("../shared/openai-openapi")),
         ["openapi-extract", "--from", from] => openapi::extract(&root, Path::new(from)),
         ["bench", other] => bail!("unknown benchmark `{other}`\n\n{USAGE}"),
@@ -68,7 +75,25 @@ fn test(root: &Path) -> Result<()> {
             "warnings",
         ],
     )?;
-    let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"])?;
+    let paths = local_provider::Paths::new()?;
+    let server = match (paths.is_installed(), std::env::var_os("CI").is_some()) {
+        (true, _) => Some(local_provider::start(&paths)?),
+        (false, true) => bail!(
+            "the local model server is not installed and CI is set: run `cargo xtask local-provider install`"
+        ),
+        (false, false) => {
+            eprintln!(
+                "warning: the local model server is not installed; its tests will be skipped (`cargo xtask local-provider install`)"
+            );
+            None
+        }
+    };
+    let env: Vec<(&str, &str)> = server
+        .iter()
+        .map(|s| ("SURETY_LOCAL_PROVIDER_URL", s.base_url.as_str()))
+        .collect();
+    let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"], &env)?;
+    drop(server);
     println!("cargo xtask test: {passed} passed, {failed} failed");
     if passed == 0 {
         bail!("no test ran");
@@ -78,11 +103,12 @@ fn test(root: &Path) -> Result<()> {
 
 /// Runs `cargo test`, passing its output through, and adds up the
 /// `test result:` lines of every test binary.
-fn cargo_test(root: &Path, args: &[&str]) -> Result<(u64, u64)> {
+fn cargo_test(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(u64, u64)> {
     eprintln!("$ cargo {}", args.join(" "));
     let mut child = Command::new(cargo_bin())
         .current_dir(root)
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("could not run cargo {}", args.join(" ")))?;
