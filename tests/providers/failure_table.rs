@@ -55,6 +55,32 @@ async fn refused_before_sending_missing_capability() {
 }
 
 #[tokio::test]
+async fn refused_before_sending_a_seed_the_provider_does_not_take() {
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(
+        r#"{"category": "bug", "urgent": true}"#.into(),
+    )))
+    .await
+    .unwrap();
+    let seeded = surety_providers::ChatRequest {
+        seed: Some(7),
+        ..json_request()
+    };
+    let error = provider_for(&fake, "anthropic", "")
+        .chat(&seeded, &call(1))
+        .await
+        .unwrap_err();
+    check(&error, FailureKind::NotSent, FailureClass::Definite, None);
+    assert!(error.message.contains("seed"), "{error}");
+    assert_eq!(fake.calls(), 0, "nothing was sent");
+    // A provider that declares seeds gets it on the wire.
+    provider_for(&fake, "openai", "")
+        .chat(&seeded, &call(1))
+        .await
+        .unwrap();
+    assert_eq!(fake.requests()[0].body["seed"], 7);
+}
+
+#[tokio::test]
 async fn client_errors_are_definite_and_keep_the_servers_message() {
     for status in [400, 401, 403, 404, 422] {
         for kind in ["openai", "anthropic"] {

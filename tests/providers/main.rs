@@ -7,6 +7,7 @@
 mod config;
 mod conformance;
 mod failure_table;
+mod fake;
 mod local_gemma;
 mod secrets;
 mod support;

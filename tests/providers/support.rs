@@ -45,7 +45,7 @@ pub fn json_request() -> ChatRequest {
         ],
         temperature: 0.0,
         max_tokens: 64,
-        seed: Some(7),
+        seed: None,
         output: OutputFormat::Json {
             name: "ticket".into(),
             schema: ticket_schema(),

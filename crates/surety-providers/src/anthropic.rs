@@ -143,6 +143,7 @@ impl AnthropicProvider {
         request: &ChatRequest,
         call: &CallContext,
     ) -> Result<ChatResponse, ProviderError> {
+        self.config.capabilities.check(&self.config.id, request)?;
         let body = self.request_body(request)?;
         let url = format!("{}/v1/messages", self.config.base_url);
         let answer = self

@@ -193,6 +193,26 @@ impl StructuredMode {
     }
 }
 
+impl Capabilities {
+    /// Refuses, before anything is sent, a request that needs what the
+    /// provider does not declare: a capability is never skipped in silence.
+    pub fn check(&self, provider: &str, request: &ChatRequest) -> Result<(), ProviderError> {
+        if request.seed.is_some() && !self.seed {
+            return Err(ProviderError::not_sent(
+                provider,
+                "this provider declares no `seed` support; send the request without one",
+            ));
+        }
+        if request.messages.is_empty() {
+            return Err(ProviderError::not_sent(
+                provider,
+                "a chat request needs at least one message",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What a provider declares it can do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capabilities {

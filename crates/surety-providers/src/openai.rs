@@ -65,7 +65,7 @@ impl OpenAiProvider {
             "temperature": request.temperature,
             "max_tokens": request.max_tokens,
         });
-        if let (Some(seed), true) = (request.seed, self.config.capabilities.seed) {
+        if let Some(seed) = request.seed {
             body["seed"] = json!(seed);
         }
         if let OutputFormat::Json { name, schema } = &request.output {
@@ -136,6 +136,7 @@ impl OpenAiProvider {
         request: &ChatRequest,
         call: &CallContext,
     ) -> Result<ChatResponse, ProviderError> {
+        self.config.capabilities.check(&self.config.id, request)?;
         let body = self.request_body(request)?;
         let url = format!("{}/chat/completions", self.config.base_url);
         let answer = self
