@@ -1,0 +1,327 @@
+//! surety's prompt contracts: the operational agreement a provider must keep.
+//!
+//! A contract lives in `contracts/<id>/`:
+//! - `contract.toml`: id, side effects, the prompt's templates, the output
+//!   schema, sampling (temperature, samples per case, the k-of-N per case,
+//!   whether a flaky case passes), token limits, business rules, golden
+//!   redactions;
+//! - the templates (`system.jinja`, `user.jinja`, rendered by minijinja with
+//!   strict undefined variables);
+//! - the output JSON Schema (2020-12, formats validated);
+//! - `cases.toml`: real inputs, each with the facts expected of its answer.
+//!
+//! Its digest is a sha256 over every file of the directory, so editing any
+//! of them lapses every certification bound to the old digest.
+//!
+//! Architecture invariant: this crate owns the contract file format; it does
+//! no network IO and knows no provider.
+
+mod facts;
+mod rules;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub use facts::Expectation;
+pub use rules::{Condition, Rule};
+
+/// What a contract's calls do outside the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffects {
+    /// Nothing: a duplicate call costs money, never correctness. Hedging is allowed.
+    None,
+    /// A repeated call has the same effect as one.
+    Idempotent,
+    /// Calls change something outside: never hedge.
+    External,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sampling {
+    pub temperature: f32,
+    /// Samples per case (N).
+    pub samples: u32,
+    /// Samples that must pass for the case to pass (k of N).
+    pub pass_k: u32,
+    /// Whether a flaky case (k of N passed, but not all, or not all alike) passes.
+    #[serde(default)]
+    pub flaky_passes: bool,
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// The answer's budget: the request's max tokens.
+    pub max_output_tokens: u32,
+    /// The rendered prompt's budget.
+    pub max_prompt_tokens: u32,
+}
+
+/// One real input, with the facts its answer must state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    pub input: Value,
+    #[serde(default)]
+    pub expect: Vec<Expectation>,
+}
+
+/// A rendered prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rendered {
+    pub system: String,
+    pub user: String,
+}
+
+/// One way an answer breaks its contract: which check, where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// The check that found it: `schema`, `rule: <name>` or `fact`.
+    pub check: String,
+    /// The JSON pointer into the answer.
+    pub pointer: String,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContractError {
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("render: {0}")]
+pub struct RenderError(pub String);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawContract {
+    id: String,
+    description: String,
+    side_effects: SideEffects,
+    prompt: RawPrompt,
+    output: RawOutput,
+    sampling: Sampling,
+    limits: Limits,
+    #[serde(default)]
+    rules: Vec<Rule>,
+    #[serde(default)]
+    golden: RawGolden,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrompt {
+    system: String,
+    user: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutput {
+    name: String,
+    schema: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGolden {
+    #[serde(default)]
+    redact: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCases {
+    case: Vec<Case>,
+}
+
+/// A loaded, validated contract.
+#[derive(Debug, Clone)]
+pub struct Contract {
+    pub id: String,
+    pub description: String,
+    pub side_effects: SideEffects,
+    pub dir: PathBuf,
+    pub system_template: String,
+    pub user_template: String,
+    pub output_name: String,
+    pub schema: Value,
+    validator: Arc<jsonschema::Validator>,
+    pub sampling: Sampling,
+    pub limits: Limits,
+    pub rules: Vec<Rule>,
+    pub cases: Vec<Case>,
+    /// JSON pointers blanked in golden snapshots (volatile fields).
+    pub golden_redact: Vec<String>,
+    /// `sha256:<hex>` over the contract's files.
+    pub digest: String,
+}
+
+/// Every contract under `dir` (one per subdirectory), sorted by id.
+pub fn load_all(dir: &Path) -> Result<Vec<Contract>, ContractError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| io(dir, source))?;
+    let mut contracts = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| io(dir, source))?;
+        if entry.path().join("contract.toml").is_file() {
+            contracts.push(Contract::load(&entry.path())?);
+        }
+    }
+    contracts.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(contracts)
+}
+
+fn io(path: &Path, source: std::io::Error) -> ContractError {
+    ContractError::Io { path: path.display().to_string(), source }
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> ContractError {
+    ContractError::Invalid { path: path.display().to_string(), message: message.into() }
+}
+
+fn read(path: &Path) -> Result<String, ContractError> {
+    std::fs::read_to_string(path).map_err(|source| io(path, source))
+}
+
+impl Contract {
+    pub fn load(dir: &Path) -> Result<Contract, ContractError> {
+        let manifest = dir.join("contract.toml");
+        let raw: RawContract =
+            toml::from_str(&read(&manifest)?).map_err(|e| invalid(&manifest, e.to_string().trim_end().to_owned()))?;
+        let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if raw.id != dir_name {
+            return Err(invalid(&manifest, format!("`id` is `{}` but the directory is `{dir_name}`", raw.id)));
+        }
+        let schema_path = dir.join(&raw.output.schema);
+        let schema: Value = serde_json::from_str(&read(&schema_path)?).map_err(|e| invalid(&schema_path, e.to_string()))?;
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .build(&schema)
+            .map_err(|e| invalid(&schema_path, format!("not a valid JSON Schema: {e}")))?;
+        let sampling = &raw.sampling;
+        if sampling.samples == 0 || sampling.pass_k == 0 || sampling.pass_k > sampling.samples {
+            return Err(invalid(&manifest, "`sampling`: need 1 <= pass_k <= samples"));
+        }
+        if !(0.0..=1.0).contains(&sampling.temperature) {
+            return Err(invalid(&manifest, "`sampling.temperature`: a certification runs at low temperature, 0 to 1"));
+        }
+        for (i, rule) in raw.rules.iter().enumerate() {
+            rule.validate().map_err(|m| invalid(&manifest, format!("`rules[{i}]` ({}): {m}", rule.name())))?;
+        }
+        let cases_path = dir.join("cases.toml");
+        let cases: RawCases = toml::from_str(&read(&cases_path)?).map_err(|e| invalid(&cases_path, e.to_string().trim_end().to_owned()))?;
+        let mut names = std::collections::BTreeSet::new();
+        for case in &cases.case {
+            if !names.insert(case.name.as_str()) {
+                return Err(invalid(&cases_path, format!("two cases are named `{}`", case.name)));
+            }
+            if !case.input.is_object() {
+                return Err(invalid(&cases_path, format!("case `{}`: `input` must be a table", case.name)));
+            }
+        }
+        let contract = Contract {
+            id: raw.id,
+            description: raw.description,
+            side_effects: raw.side_effects,
+            system_template: read(&dir.join(&raw.prompt.system))?,
+            user_template: read(&dir.join(&raw.prompt.user))?,
+            output_name: raw.output.name,
+            schema,
+            validator: Arc::new(validator),
+            sampling: raw.sampling,
+            limits: raw.limits,
+            rules: raw.rules,
+            cases: cases.case,
+            golden_redact: raw.golden.redact,
+            digest: digest_dir(dir)?,
+            dir: dir.to_path_buf(),
+        };
+        // Every case must render: a template that names a missing variable is the contract's bug.
+        for case in &contract.cases {
+            contract.render(&case.input).map_err(|e| invalid(&cases_path, format!("case `{}`: {e}", case.name)))?;
+        }
+        Ok(contract)
+    }
+
+    /// Renders the prompt for `input`. An undefined variable is an error,
+    /// never an empty string.
+    pub fn render(&self, input: &Value) -> Result<Rendered, RenderError> {
+        let mut env = minijinja::Environment::new();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.set_keep_trailing_newline(false);
+        let render = |name: &str, template: &str| {
+            env.render_named_str(name, template, input).map_err(|e| RenderError(format!("{name}: {e:#}")))
+        };
+        Ok(Rendered { system: render("system.jinja", &self.system_template)?, user: render("user.jinja", &self.user_template)? })
+    }
+
+    /// The checks an answer must pass wherever it is produced (certification
+    /// and the router at run time alike): the schema, then the rules.
+    pub fn check_answer(&self, answer: &Value) -> Vec<Violation> {
+        let mut found = self.check_schema(answer);
+        found.extend(self.check_rules(answer));
+        found
+    }
+
+    /// Every schema error, with its JSON pointer.
+    pub fn check_schema(&self, answer: &Value) -> Vec<Violation> {
+        self.validator
+            .iter_errors(answer)
+            .map(|e| Violation { check: "schema".into(), pointer: e.instance_path().to_string(), message: e.to_string() })
+            .collect()
+    }
+
+    /// Every broken business rule.
+    pub fn check_rules(&self, answer: &Value) -> Vec<Violation> {
+        self.rules.iter().flat_map(|rule| rule.check(answer, &self.schema)).collect()
+    }
+
+    /// Every expected fact of `case` the answer does not state.
+    pub fn check_facts(&self, case: &Case, answer: &Value) -> Vec<Violation> {
+        case.expect.iter().filter_map(|e| e.check(answer)).collect()
+    }
+
+    /// Whether a hedging attempt may run for this contract.
+    pub fn hedgeable(&self) -> bool {
+        self.side_effects == SideEffects::None
+    }
+}
+
+/// `sha256:<hex>` over the directory's files: each file's relative path and
+/// the sha256 of its bytes, one line each, in path order.
+pub fn digest_dir(dir: &Path) -> Result<String, ContractError> {
+    let mut files = BTreeMap::new();
+    collect_files(dir, dir, &mut files)?;
+    let mut listing = String::new();
+    for (path, digest) in files {
+        listing.push_str(&format!("{digest}  {path}\n"));
+    }
+    Ok(format!("sha256:{}", hex::encode(Sha256::digest(listing.as_bytes()))))
+}
+
+fn collect_files(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(), ContractError> {
+    for entry in std::fs::read_dir(dir).map_err(|source| io(dir, source))? {
+        let path = entry.map_err(|source| io(dir, source))?.path();
+        if path.is_dir() {
+            collect_files(root, &path, out)?;
+        } else {
+            let bytes = std::fs::read(&path).map_err(|source| io(&path, source))?;
+            let relative = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+            out.insert(relative, hex::encode(Sha256::digest(&bytes)));
+        }
+    }
+    Ok(())
+}
