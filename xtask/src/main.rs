@@ -27,6 +27,14 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test           cargo fmt --check, cargo clippy -D warnings, and every test (PostgreSQL included)
   bench store    the store benchmark: jobs/s through the store beside the raw driver
+  certify <provider>|--all [--accept] [--signing-key FILE] [--manifest FILE] ...
+                 run every contract the provider is routed for through it (see surety.toml),
+                 write certification/manifest.json and reports under target/certify/;
+                 exit 0 certified, 1 failed, 2 could not run
+  manifest verify [--public-key FILE] [--require-current]
+                 check the manifest's signature and whether each entry matches its contract
+  manifest keygen --out PREFIX
+                 write an ed25519 key pair for signing manifests
   local-provider [install]
                  install (once, into ~/.cache/surety) and serve llama-cpp-python with Gemma 3 270M
                  on loopback; `install` only installs
@@ -43,6 +51,9 @@ fn main() -> Result<()> {
         ["bench", "store"] => bench_store(&root),
         ["local-provider"] => local_provider::serve(&local_provider::Paths::new()?),
         ["local-provider", "install"] => local_provider::install(&local_provider::Paths::new()?),
+        ["certify", rest @ ..] => certify(&root, rest),
+        ["manifest", "verify", rest @ ..] => exit_with(harness(&root, "verify", rest, &[])?),
+        ["manifest", "keygen", rest @ ..] => exit_with(harness(&root, "keygen", rest, &[])?),
         ["openapi-extract"] => openapi::extract(&root, &root.join("../shared/openai-openapi")),
         ["openapi-extract", "--from", from] => openapi::extract(&root, Path::new(from)),
         ["bench", other] => bail!("unknown benchmark `{other}`\n\n{USAGE}"),
@@ -99,6 +110,48 @@ fn test(root: &Path) -> Result<()> {
         bail!("no test ran");
     }
     Ok(())
+}
+
+/// `cargo xtask certify`: the harness binary, with the local model server
+/// started and pointed at when `local-gemma` is certified.
+fn certify(root: &Path, args: &[&str]) -> Result<()> {
+    let needs_local = args.iter().any(|a| *a == "local-gemma" || *a == "--all");
+    let server = match needs_local {
+        true => {
+            let paths = local_provider::Paths::new()?;
+            local_provider::install(&paths)?;
+            Some(local_provider::start(&paths)?)
+        }
+        false => None,
+    };
+    let base_url = server.as_ref().map(|s| format!("local-gemma={}", s.base_url));
+    let mut extra: Vec<&str> = Vec::new();
+    if let Some(url) = &base_url {
+        extra.extend(["--base-url", url.as_str()]);
+    }
+    let code = harness(root, "certify", args, &extra)?;
+    // Stop the server before leaving with the harness's status.
+    drop(server);
+    exit_with(code)
+}
+
+fn exit_with(code: i32) -> Result<()> {
+    match code {
+        0 => Ok(()),
+        code => std::process::exit(code),
+    }
+}
+
+/// Runs `surety-certify <command> <args>` and returns its exit status.
+fn harness(root: &Path, command: &str, args: &[&str], extra: &[&str]) -> Result<i32> {
+    let status = Command::new(cargo_bin())
+        .current_dir(root)
+        .args(["run", "--quiet", "--locked", "-p", "surety-harness", "--bin", "surety-certify", "--", command])
+        .args(args)
+        .args(extra)
+        .status()
+        .context("could not run surety-certify")?;
+    status.code().with_context(|| format!("surety-certify was killed ({status})"))
 }
 
 /// Runs `cargo test`, passing its output through, and adds up the

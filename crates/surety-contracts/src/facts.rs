@@ -20,8 +20,16 @@ pub struct Expectation {
 
 impl Expectation {
     pub(crate) fn check(&self, answer: &Value) -> Option<Violation> {
-        let miss = |message: String| Some(Violation { check: "fact".into(), pointer: self.pointer.clone(), message });
-        let Some(value) = answer.pointer(&self.pointer) else { return miss("is missing".into()) };
+        let miss = |message: String| {
+            Some(Violation {
+                check: "fact".into(),
+                pointer: self.pointer.clone(),
+                message,
+            })
+        };
+        let Some(value) = answer.pointer(&self.pointer) else {
+            return miss("is missing".into());
+        };
         if let Some(expected) = &self.equals
             && !same(value, expected)
         {
@@ -30,10 +38,15 @@ impl Expectation {
         if let Some(set) = &self.one_of
             && !set.iter().any(|e| same(value, e))
         {
-            return miss(format!("is {value}, expected one of {}", Value::Array(set.clone())));
+            return miss(format!(
+                "is {value}, expected one of {}",
+                Value::Array(set.clone())
+            ));
         }
         if let Some(text) = &self.contains {
-            let found = value.as_str().is_some_and(|s| s.to_lowercase().contains(&text.to_lowercase()));
+            let found = value
+                .as_str()
+                .is_some_and(|s| s.to_lowercase().contains(&text.to_lowercase()));
             if !found {
                 return miss(format!("is {value}, expected it to mention {text:?}"));
             }

@@ -97,7 +97,10 @@ pub enum ContractError {
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -184,11 +187,17 @@ pub fn load_all(dir: &Path) -> Result<Vec<Contract>, ContractError> {
 }
 
 fn io(path: &Path, source: std::io::Error) -> ContractError {
-    ContractError::Io { path: path.display().to_string(), source }
+    ContractError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 fn invalid(path: &Path, message: impl Into<String>) -> ContractError {
-    ContractError::Invalid { path: path.display().to_string(), message: message.into() }
+    ContractError::Invalid {
+        path: path.display().to_string(),
+        message: message.into(),
+    }
 }
 
 fn read(path: &Path) -> Result<String, ContractError> {
@@ -198,14 +207,21 @@ fn read(path: &Path) -> Result<String, ContractError> {
 impl Contract {
     pub fn load(dir: &Path) -> Result<Contract, ContractError> {
         let manifest = dir.join("contract.toml");
-        let raw: RawContract =
-            toml::from_str(&read(&manifest)?).map_err(|e| invalid(&manifest, e.to_string().trim_end().to_owned()))?;
-        let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let raw: RawContract = toml::from_str(&read(&manifest)?)
+            .map_err(|e| invalid(&manifest, e.to_string().trim_end().to_owned()))?;
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if raw.id != dir_name {
-            return Err(invalid(&manifest, format!("`id` is `{}` but the directory is `{dir_name}`", raw.id)));
+            return Err(invalid(
+                &manifest,
+                format!("`id` is `{}` but the directory is `{dir_name}`", raw.id),
+            ));
         }
         let schema_path = dir.join(&raw.output.schema);
-        let schema: Value = serde_json::from_str(&read(&schema_path)?).map_err(|e| invalid(&schema_path, e.to_string()))?;
+        let schema: Value = serde_json::from_str(&read(&schema_path)?)
+            .map_err(|e| invalid(&schema_path, e.to_string()))?;
         let validator = jsonschema::options()
             .with_draft(jsonschema::Draft::Draft202012)
             .should_validate_formats(true)
@@ -213,23 +229,37 @@ impl Contract {
             .map_err(|e| invalid(&schema_path, format!("not a valid JSON Schema: {e}")))?;
         let sampling = &raw.sampling;
         if sampling.samples == 0 || sampling.pass_k == 0 || sampling.pass_k > sampling.samples {
-            return Err(invalid(&manifest, "`sampling`: need 1 <= pass_k <= samples"));
+            return Err(invalid(
+                &manifest,
+                "`sampling`: need 1 <= pass_k <= samples",
+            ));
         }
         if !(0.0..=1.0).contains(&sampling.temperature) {
-            return Err(invalid(&manifest, "`sampling.temperature`: a certification runs at low temperature, 0 to 1"));
+            return Err(invalid(
+                &manifest,
+                "`sampling.temperature`: a certification runs at low temperature, 0 to 1",
+            ));
         }
         for (i, rule) in raw.rules.iter().enumerate() {
-            rule.validate().map_err(|m| invalid(&manifest, format!("`rules[{i}]` ({}): {m}", rule.name())))?;
+            rule.validate()
+                .map_err(|m| invalid(&manifest, format!("`rules[{i}]` ({}): {m}", rule.name())))?;
         }
         let cases_path = dir.join("cases.toml");
-        let cases: RawCases = toml::from_str(&read(&cases_path)?).map_err(|e| invalid(&cases_path, e.to_string().trim_end().to_owned()))?;
+        let cases: RawCases = toml::from_str(&read(&cases_path)?)
+            .map_err(|e| invalid(&cases_path, e.to_string().trim_end().to_owned()))?;
         let mut names = std::collections::BTreeSet::new();
         for case in &cases.case {
             if !names.insert(case.name.as_str()) {
-                return Err(invalid(&cases_path, format!("two cases are named `{}`", case.name)));
+                return Err(invalid(
+                    &cases_path,
+                    format!("two cases are named `{}`", case.name),
+                ));
             }
             if !case.input.is_object() {
-                return Err(invalid(&cases_path, format!("case `{}`: `input` must be a table", case.name)));
+                return Err(invalid(
+                    &cases_path,
+                    format!("case `{}`: `input` must be a table", case.name),
+                ));
             }
         }
         let contract = Contract {
@@ -251,7 +281,9 @@ impl Contract {
         };
         // Every case must render: a template that names a missing variable is the contract's bug.
         for case in &contract.cases {
-            contract.render(&case.input).map_err(|e| invalid(&cases_path, format!("case `{}`: {e}", case.name)))?;
+            contract
+                .render(&case.input)
+                .map_err(|e| invalid(&cases_path, format!("case `{}`: {e}", case.name)))?;
         }
         Ok(contract)
     }
@@ -263,9 +295,13 @@ impl Contract {
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         env.set_keep_trailing_newline(false);
         let render = |name: &str, template: &str| {
-            env.render_named_str(name, template, input).map_err(|e| RenderError(format!("{name}: {e:#}")))
+            env.render_named_str(name, template, input)
+                .map_err(|e| RenderError(format!("{name}: {e:#}")))
         };
-        Ok(Rendered { system: render("system.jinja", &self.system_template)?, user: render("user.jinja", &self.user_template)? })
+        Ok(Rendered {
+            system: render("system.jinja", &self.system_template)?,
+            user: render("user.jinja", &self.user_template)?,
+        })
     }
 
     /// The checks an answer must pass wherever it is produced (certification
@@ -280,13 +316,20 @@ impl Contract {
     pub fn check_schema(&self, answer: &Value) -> Vec<Violation> {
         self.validator
             .iter_errors(answer)
-            .map(|e| Violation { check: "schema".into(), pointer: e.instance_path().to_string(), message: e.to_string() })
+            .map(|e| Violation {
+                check: "schema".into(),
+                pointer: e.instance_path().to_string(),
+                message: e.to_string(),
+            })
             .collect()
     }
 
     /// Every broken business rule.
     pub fn check_rules(&self, answer: &Value) -> Vec<Violation> {
-        self.rules.iter().flat_map(|rule| rule.check(answer, &self.schema)).collect()
+        self.rules
+            .iter()
+            .flat_map(|rule| rule.check(answer, &self.schema))
+            .collect()
     }
 
     /// Every expected fact of `case` the answer does not state.
@@ -309,17 +352,28 @@ pub fn digest_dir(dir: &Path) -> Result<String, ContractError> {
     for (path, digest) in files {
         listing.push_str(&format!("{digest}  {path}\n"));
     }
-    Ok(format!("sha256:{}", hex::encode(Sha256::digest(listing.as_bytes()))))
+    Ok(format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(listing.as_bytes()))
+    ))
 }
 
-fn collect_files(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) -> Result<(), ContractError> {
+fn collect_files(
+    root: &Path,
+    dir: &Path,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), ContractError> {
     for entry in std::fs::read_dir(dir).map_err(|source| io(dir, source))? {
         let path = entry.map_err(|source| io(dir, source))?.path();
         if path.is_dir() {
             collect_files(root, &path, out)?;
         } else {
             let bytes = std::fs::read(&path).map_err(|source| io(&path, source))?;
-            let relative = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+            let relative = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
             out.insert(relative, hex::encode(Sha256::digest(&bytes)));
         }
     }

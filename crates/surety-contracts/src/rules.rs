@@ -17,14 +17,22 @@ pub struct Condition {
 
 impl Condition {
     fn holds(&self, answer: &Value) -> bool {
-        let Some(value) = answer.pointer(&self.pointer) else { return false };
-        self.equals.as_ref().is_none_or(|e| same(value, e)) && self.one_of.as_ref().is_none_or(|set| set.iter().any(|e| same(value, e)))
+        let Some(value) = answer.pointer(&self.pointer) else {
+            return false;
+        };
+        self.equals.as_ref().is_none_or(|e| same(value, e))
+            && self
+                .one_of
+                .as_ref()
+                .is_none_or(|set| set.iter().any(|e| same(value, e)))
     }
 
     fn describe(&self) -> String {
         match (&self.equals, &self.one_of) {
             (Some(e), _) => format!("{} is {e}", self.pointer),
-            (None, Some(set)) => format!("{} is one of {}", self.pointer, Value::Array(set.clone())),
+            (None, Some(set)) => {
+                format!("{} is one of {}", self.pointer, Value::Array(set.clone()))
+            }
             (None, None) => format!("{} is present", self.pointer),
         }
     }
@@ -41,13 +49,31 @@ pub enum Rule {
         then: Condition,
     },
     /// The `field` of every element of the array at `items` adds up to the number at `equals`.
-    Sum { name: String, items: String, field: String, equals: String, tolerance: f64 },
+    Sum {
+        name: String,
+        items: String,
+        field: String,
+        equals: String,
+        tolerance: f64,
+    },
     /// The numbers at `terms` add up to the number at `equals`.
-    Add { name: String, terms: Vec<String>, equals: String, tolerance: f64 },
+    Add {
+        name: String,
+        terms: Vec<String>,
+        equals: String,
+        tolerance: f64,
+    },
     /// The answer has no top-level key but these (by default, the schema's `properties`).
-    OnlyKeys { name: String, allowed: Option<Vec<String>> },
+    OnlyKeys {
+        name: String,
+        allowed: Option<Vec<String>>,
+    },
     /// The string at `pointer` matches `regex` (required wording).
-    Matches { name: String, pointer: String, regex: String },
+    Matches {
+        name: String,
+        pointer: String,
+        regex: String,
+    },
     /// The string at `pointer` is an active ISO 4217 currency code.
     Currency { name: String, pointer: String },
 }
@@ -67,11 +93,17 @@ impl Rule {
     /// Checks the rule itself when the contract loads.
     pub(crate) fn validate(&self) -> Result<(), String> {
         match self {
-            Rule::Matches { regex, .. } => regex::Regex::new(regex).map(|_| ()).map_err(|e| e.to_string()),
+            Rule::Matches { regex, .. } => regex::Regex::new(regex)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
             Rule::Sum { tolerance, .. } | Rule::Add { tolerance, .. } if !(*tolerance >= 0.0) => {
                 Err("`tolerance` must be zero or more".into())
             }
-            Rule::Implies { when, then, .. } if [when, then].iter().any(|c| c.equals.is_none() && c.one_of.is_none()) => {
+            Rule::Implies { when, then, .. }
+                if [when, then]
+                    .iter()
+                    .any(|c| c.equals.is_none() && c.one_of.is_none()) =>
+            {
                 Err("each condition needs `equals` or `one_of`".into())
             }
             _ => Ok(()),
@@ -88,12 +120,27 @@ impl Rule {
         match self {
             Rule::Implies { when, then, .. } => {
                 if when.holds(answer) && !then.holds(answer) {
-                    let found = answer.pointer(&then.pointer).map_or("nothing".to_owned(), Value::to_string);
-                    return vec![broken(&then.pointer, format!("when {}, {} (found {found})", when.describe(), then.describe()))];
+                    let found = answer
+                        .pointer(&then.pointer)
+                        .map_or("nothing".to_owned(), Value::to_string);
+                    return vec![broken(
+                        &then.pointer,
+                        format!(
+                            "when {}, {} (found {found})",
+                            when.describe(),
+                            then.describe()
+                        ),
+                    )];
                 }
                 Vec::new()
             }
-            Rule::Sum { items, field, equals, tolerance, .. } => {
+            Rule::Sum {
+                items,
+                field,
+                equals,
+                tolerance,
+                ..
+            } => {
                 let Some(list) = answer.pointer(items).and_then(Value::as_array) else {
                     return vec![broken(items, "is not an array".into())];
                 };
@@ -101,16 +148,29 @@ impl Rule {
                 for (i, item) in list.iter().enumerate() {
                     match item.get(field).and_then(Value::as_f64) {
                         Some(n) => sum += n,
-                        None => return vec![broken(&format!("{items}/{i}/{field}"), "is not a number".into())],
+                        None => {
+                            return vec![broken(
+                                &format!("{items}/{i}/{field}"),
+                                "is not a number".into(),
+                            )];
+                        }
                     }
                 }
                 match answer.pointer(equals).and_then(Value::as_f64) {
                     Some(total) if (total - sum).abs() <= *tolerance => Vec::new(),
-                    Some(total) => vec![broken(equals, format!("is {total}, but the {field} of {items} add up to {sum}"))],
+                    Some(total) => vec![broken(
+                        equals,
+                        format!("is {total}, but the {field} of {items} add up to {sum}"),
+                    )],
                     None => vec![broken(equals, "is not a number".into())],
                 }
             }
-            Rule::Add { terms, equals, tolerance, .. } => {
+            Rule::Add {
+                terms,
+                equals,
+                tolerance,
+                ..
+            } => {
                 let mut sum = 0.0;
                 for term in terms {
                     match answer.pointer(term).and_then(Value::as_f64) {
@@ -120,32 +180,50 @@ impl Rule {
                 }
                 match answer.pointer(equals).and_then(Value::as_f64) {
                     Some(total) if (total - sum).abs() <= *tolerance => Vec::new(),
-                    Some(total) => vec![broken(equals, format!("is {total}, but {} add up to {sum}", terms.join(" + ")))],
+                    Some(total) => vec![broken(
+                        equals,
+                        format!("is {total}, but {} add up to {sum}", terms.join(" + ")),
+                    )],
                     None => vec![broken(equals, "is not a number".into())],
                 }
             }
             Rule::OnlyKeys { allowed, .. } => {
-                let Some(object) = answer.as_object() else { return vec![broken("", "is not an object".into())] };
-                let from_schema: Vec<String> =
-                    schema["properties"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default();
+                let Some(object) = answer.as_object() else {
+                    return vec![broken("", "is not an object".into())];
+                };
+                let from_schema: Vec<String> = schema["properties"]
+                    .as_object()
+                    .map(|p| p.keys().cloned().collect())
+                    .unwrap_or_default();
                 let allowed = allowed.as_ref().unwrap_or(&from_schema);
                 object
                     .keys()
                     .filter(|k| !allowed.contains(k))
-                    .map(|k| broken(&format!("/{k}"), format!("`{k}` is an invented top-level key")))
+                    .map(|k| {
+                        broken(
+                            &format!("/{k}"),
+                            format!("`{k}` is an invented top-level key"),
+                        )
+                    })
                     .collect()
             }
             Rule::Matches { pointer, regex, .. } => {
-                let Ok(re) = regex::Regex::new(regex) else { return vec![broken(pointer, "the rule's regex is invalid".into())] };
+                let Ok(re) = regex::Regex::new(regex) else {
+                    return vec![broken(pointer, "the rule's regex is invalid".into())];
+                };
                 match answer.pointer(pointer).and_then(Value::as_str) {
                     Some(text) if re.is_match(text) => Vec::new(),
                     Some(text) => vec![broken(pointer, format!("{text:?} does not match {regex}"))],
                     None => vec![broken(pointer, "is not a string".into())],
                 }
             }
-            Rule::Currency { pointer, .. } => match answer.pointer(pointer).and_then(Value::as_str) {
+            Rule::Currency { pointer, .. } => match answer.pointer(pointer).and_then(Value::as_str)
+            {
                 Some(code) if iso_currency::Currency::from_code(code).is_some() => Vec::new(),
-                Some(code) => vec![broken(pointer, format!("{code:?} is not an ISO 4217 currency code"))],
+                Some(code) => vec![broken(
+                    pointer,
+                    format!("{code:?} is not an ISO 4217 currency code"),
+                )],
                 None => vec![broken(pointer, "is not a string".into())],
             },
         }
@@ -167,41 +245,110 @@ mod tests {
     use super::*;
 
     fn names(found: Vec<Violation>) -> Vec<String> {
-        found.into_iter().map(|v| format!("{} {}", v.pointer, v.message)).collect()
+        found
+            .into_iter()
+            .map(|v| format!("{} {}", v.pointer, v.message))
+            .collect()
     }
 
     #[test]
     fn invoice_arithmetic() {
-        let sum = Rule::Sum { name: "s".into(), items: "/items".into(), field: "amount".into(), equals: "/subtotal".into(), tolerance: 0.005 };
-        let add = Rule::Add { name: "a".into(), terms: vec!["/subtotal".into(), "/tax".into()], equals: "/total".into(), tolerance: 0.005 };
+        let sum = Rule::Sum {
+            name: "s".into(),
+            items: "/items".into(),
+            field: "amount".into(),
+            equals: "/subtotal".into(),
+            tolerance: 0.005,
+        };
+        let add = Rule::Add {
+            name: "a".into(),
+            terms: vec!["/subtotal".into(), "/tax".into()],
+            equals: "/total".into(),
+            tolerance: 0.005,
+        };
         let good = json!({"items": [{"amount": 10.5}, {"amount": 4.5}], "subtotal": 15, "tax": 1.5, "total": 16.5});
         assert!(sum.check(&good, &json!({})).is_empty());
         assert!(add.check(&good, &json!({})).is_empty());
         let bad = json!({"items": [{"amount": 10.5}, {"amount": 4.5}], "subtotal": 16, "tax": 1.5, "total": 16.5});
-        assert_eq!(names(sum.check(&bad, &json!({}))), ["/subtotal is 16, but the amount of /items add up to 15"]);
-        assert_eq!(names(add.check(&bad, &json!({}))), ["/total is 16.5, but /subtotal + /tax add up to 17.5"]);
+        assert_eq!(
+            names(sum.check(&bad, &json!({}))),
+            ["/subtotal is 16, but the amount of /items add up to 15"]
+        );
+        assert_eq!(
+            names(add.check(&bad, &json!({}))),
+            ["/total is 16.5, but /subtotal + /tax add up to 17.5"]
+        );
     }
 
     #[test]
     fn implies_only_keys_matches_currency() {
         let implies = Rule::Implies {
             name: "urgent".into(),
-            when: Condition { pointer: "/priority".into(), equals: Some(json!("urgent")), one_of: None },
-            then: Condition { pointer: "/needs_human".into(), equals: Some(json!(true)), one_of: None },
+            when: Condition {
+                pointer: "/priority".into(),
+                equals: Some(json!("urgent")),
+                one_of: None,
+            },
+            then: Condition {
+                pointer: "/needs_human".into(),
+                equals: Some(json!(true)),
+                one_of: None,
+            },
         };
-        assert!(implies.check(&json!({"priority": "low", "needs_human": false}), &json!({})).is_empty());
+        assert!(
+            implies
+                .check(
+                    &json!({"priority": "low", "needs_human": false}),
+                    &json!({})
+                )
+                .is_empty()
+        );
         assert_eq!(
-            names(implies.check(&json!({"priority": "urgent", "needs_human": false}), &json!({}))),
+            names(implies.check(
+                &json!({"priority": "urgent", "needs_human": false}),
+                &json!({})
+            )),
             ["/needs_human when /priority is \"urgent\", /needs_human is true (found false)"]
         );
-        let only = Rule::OnlyKeys { name: "k".into(), allowed: None };
+        let only = Rule::OnlyKeys {
+            name: "k".into(),
+            allowed: None,
+        };
         let schema = json!({"properties": {"a": {}, "b": {}}});
-        assert_eq!(names(only.check(&json!({"a": 1, "confidence": 0.9}), &schema)), ["/confidence `confidence` is an invented top-level key"]);
-        let currency = Rule::Currency { name: "c".into(), pointer: "/currency".into() };
-        assert!(currency.check(&json!({"currency": "EUR"}), &json!({})).is_empty());
-        assert_eq!(currency.check(&json!({"currency": "EURO"}), &json!({})).len(), 1);
-        let wording = Rule::Matches { name: "w".into(), pointer: "/summary".into(), regex: "^[A-Z].*\\.$".into() };
-        assert!(wording.check(&json!({"summary": "Card charged twice."}), &json!({})).is_empty());
-        assert_eq!(wording.check(&json!({"summary": "card charged twice"}), &json!({})).len(), 1);
+        assert_eq!(
+            names(only.check(&json!({"a": 1, "confidence": 0.9}), &schema)),
+            ["/confidence `confidence` is an invented top-level key"]
+        );
+        let currency = Rule::Currency {
+            name: "c".into(),
+            pointer: "/currency".into(),
+        };
+        assert!(
+            currency
+                .check(&json!({"currency": "EUR"}), &json!({}))
+                .is_empty()
+        );
+        assert_eq!(
+            currency
+                .check(&json!({"currency": "EURO"}), &json!({}))
+                .len(),
+            1
+        );
+        let wording = Rule::Matches {
+            name: "w".into(),
+            pointer: "/summary".into(),
+            regex: "^[A-Z].*\\.$".into(),
+        };
+        assert!(
+            wording
+                .check(&json!({"summary": "Card charged twice."}), &json!({}))
+                .is_empty()
+        );
+        assert_eq!(
+            wording
+                .check(&json!({"summary": "card charged twice"}), &json!({}))
+                .len(),
+            1
+        );
     }
 }

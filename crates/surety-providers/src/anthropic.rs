@@ -245,6 +245,18 @@ impl Provider for AnthropicProvider {
             ))
         })
     }
+
+    fn detokenize<'a>(
+        &'a self,
+        _tokens: &'a [u32],
+    ) -> BoxFuture<'a, Result<String, ProviderError>> {
+        Box::pin(async move {
+            Err(ProviderError::not_sent(
+                &self.config.id,
+                "Anthropic exposes no tokenizer",
+            ))
+        })
+    }
 }
 
 #[derive(Deserialize)]

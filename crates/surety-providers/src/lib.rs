@@ -55,6 +55,9 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// The server's own tokenization of `text`, when it has a tokenize endpoint.
     fn tokenize<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>>;
+
+    /// The text of `tokens`, by the same server.
+    fn detokenize<'a>(&'a self, tokens: &'a [u32]) -> BoxFuture<'a, Result<String, ProviderError>>;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

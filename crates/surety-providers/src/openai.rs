@@ -204,24 +204,46 @@ impl OpenAiProvider {
             .await
     }
 
-    async fn server_tokenize(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
+    /// `POST <root>/extras/<what>`: llama.cpp servers serve their tokenizer
+    /// beside `/v1`, not under it.
+    async fn extras(&self, what: &str, body: &Value) -> Result<Value, ProviderError> {
         if !self.config.capabilities.tokenize_endpoint {
             return Err(ProviderError::not_sent(
                 &self.config.id,
                 "this provider declares no tokenize endpoint",
             ));
         }
-        // llama.cpp servers serve it beside /v1, not under it.
         let root = self.config.base_url.trim_end_matches("/v1");
-        let url = format!("{root}/extras/tokenize");
-        let body = json!({ "input": text, "model": self.config.model });
-        let answer = self
+        let url = format!("{root}/extras/{what}");
+        Ok(self
             .http
-            .post_json(&url, self.headers(None)?, &body)
+            .post_json(&url, self.headers(None)?, body)
+            .await?
+            .body)
+    }
+
+    async fn server_tokenize(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
+        let body = self
+            .extras(
+                "tokenize",
+                &json!({ "input": text, "model": self.config.model }),
+            )
             .await?;
-        let tokens: Tokens = serde_json::from_value(answer.body)
+        let tokens: Tokens = serde_json::from_value(body)
             .map_err(|e| self.http.bad_response(format!("not a token list: {e}")))?;
         Ok(tokens.tokens)
+    }
+
+    async fn server_detokenize(&self, tokens: &[u32]) -> Result<String, ProviderError> {
+        let body = self
+            .extras(
+                "detokenize",
+                &json!({ "tokens": tokens, "model": self.config.model }),
+            )
+            .await?;
+        let text: Detokenized = serde_json::from_value(body)
+            .map_err(|e| self.http.bad_response(format!("not a detokenization: {e}")))?;
+        Ok(text.text)
     }
 }
 
@@ -256,6 +278,10 @@ impl Provider for OpenAiProvider {
 
     fn tokenize<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>> {
         Box::pin(self.server_tokenize(text))
+    }
+
+    fn detokenize<'a>(&'a self, tokens: &'a [u32]) -> BoxFuture<'a, Result<String, ProviderError>> {
+        Box::pin(self.server_detokenize(tokens))
     }
 }
 
@@ -311,6 +337,11 @@ struct ModelList {
 #[derive(Deserialize)]
 struct ModelEntry {
     id: String,
+}
+
+#[derive(Deserialize)]
+struct Detokenized {
+    text: String,
 }
 
 #[derive(Deserialize)]

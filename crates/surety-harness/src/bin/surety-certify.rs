@@ -1,0 +1,275 @@
+//! `surety-certify`: the certification harness's command line, run as
+//! `cargo xtask certify <provider>` and `cargo xtask manifest verify`.
+//!
+//! Exit status: 0 when certified (or verified), 1 when certification (or
+//! verification) failed, 2 when the harness itself could not run.
+
+// A command-line tool: what it prints is its output.
+#![allow(clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use surety_contracts::Contract;
+use surety_harness::config::CertifyConfig;
+use surety_harness::{Certification, ContractResult, report};
+use surety_manifest::{Eligibility, Manifest};
+use surety_providers::build_provider;
+use time::OffsetDateTime;
+
+#[derive(Debug, Parser)]
+#[command(name = "surety-certify", version, about = "Certify LLM providers against surety's prompt contracts")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run every contract a provider is routed for through it, and write the manifest.
+    Certify(CertifyArgs),
+    /// Check a manifest's signature, and whether each entry still matches its contract.
+    Verify(VerifyArgs),
+    /// Write a new ed25519 key pair: <prefix>.key (secret) and <prefix>.pub.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct CertifyArgs {
+    /// The provider's id in the configuration.
+    #[arg(required_unless_present = "all")]
+    provider: Option<String>,
+    /// Certify every configured provider.
+    #[arg(long, conflicts_with = "provider")]
+    all: bool,
+    #[arg(long, default_value = "surety.toml")]
+    config: PathBuf,
+    #[arg(long, default_value = "contracts")]
+    contracts: PathBuf,
+    #[arg(long, default_value = "golden")]
+    golden: PathBuf,
+    #[arg(long, default_value = "certification/manifest.json")]
+    manifest: PathBuf,
+    /// Sign the manifest with this ed25519 key (64 hex digits in a file).
+    #[arg(long)]
+    signing_key: Option<PathBuf>,
+    /// Accept new and changed golden snapshots.
+    #[arg(long)]
+    accept: bool,
+    /// Where the Markdown report and the JUnit XML go.
+    #[arg(long, default_value = "target/certify")]
+    out: PathBuf,
+    /// Point a provider at another URL for this run: `<id>=<url>`.
+    #[arg(long = "base-url", value_name = "ID=URL")]
+    base_urls: Vec<String>,
+    /// How long a certification stays valid.
+    #[arg(long, default_value_t = 30)]
+    validity_days: u64,
+}
+
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    #[arg(long, default_value = "certification/manifest.json")]
+    manifest: PathBuf,
+    /// The verifying key (64 hex digits in a file). Without one, only the
+    /// entries are checked against the contracts.
+    #[arg(long)]
+    public_key: Option<PathBuf>,
+    #[arg(long, default_value = "contracts")]
+    contracts: PathBuf,
+    /// Fail when an entry is stale, expired or failed, not only on a bad signature.
+    #[arg(long)]
+    require_current: bool,
+}
+
+/// The harness could not run (exit 2), as opposed to a failed certification (exit 1).
+#[derive(Debug)]
+struct CouldNotRun(anyhow::Error);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Certify(args) => runtime.block_on(certify(args)),
+        Command::Verify(args) => verify(&args).map_err(CouldNotRun),
+        Command::Keygen { out } => keygen(&out).map(|()| true).map_err(CouldNotRun),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(CouldNotRun(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
+    let contracts = surety_contracts::load_all(&args.contracts)
+        .with_context(|| format!("loading contracts from {}", args.contracts.display()))
+        .map_err(CouldNotRun)?;
+    let ids: Vec<String> = contracts.iter().map(|c| c.id.clone()).collect();
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("reading {}", args.config.display()))
+        .map_err(CouldNotRun)?;
+    let mut config = CertifyConfig::from_toml(&text, &ids)
+        .with_context(|| format!("in {}", args.config.display()))
+        .map_err(CouldNotRun)?;
+    for spec in &args.base_urls {
+        let (id, url) = spec.split_once('=').context("--base-url takes <id>=<url>").map_err(CouldNotRun)?;
+        let provider = config.providers.get_mut(id).with_context(|| format!("--base-url: no provider `{id}`")).map_err(CouldNotRun)?;
+        provider.base_url = url.trim_end_matches('/').to_owned();
+    }
+    let targets: Vec<String> = match (&args.provider, args.all) {
+        (_, true) => config.providers.keys().cloned().collect(),
+        (Some(p), false) => vec![p.clone()],
+        (None, false) => return Err(CouldNotRun(anyhow::anyhow!("name a provider, or --all"))),
+    };
+    let now = OffsetDateTime::now_utc();
+    let mut manifest = Manifest::load_or_new(&args.manifest, now).map_err(|e| CouldNotRun(e.into()))?;
+    let mut all_certified = true;
+    for target in &targets {
+        let provider_config = config
+            .providers
+            .get(target)
+            .with_context(|| format!("no provider `{target}` in {}", args.config.display()))
+            .map_err(CouldNotRun)?
+            .clone();
+        let routed = config.contracts_of(target);
+        if routed.is_empty() {
+            return Err(CouldNotRun(anyhow::anyhow!("provider `{target}` is not routed for any contract in {}", args.config.display())));
+        }
+        let selected: Vec<Contract> = contracts.iter().filter(|c| routed.contains(&c.id)).cloned().collect();
+        let provider = build_provider(&provider_config).map_err(|e| CouldNotRun(e.into()))?;
+        let served = match provider.capabilities().models_endpoint {
+            true => Some(
+                provider
+                    .served_models()
+                    .await
+                    .with_context(|| format!("provider `{target}` does not answer"))
+                    .map_err(CouldNotRun)?,
+            ),
+            false => None,
+        };
+        let total: u64 = selected.iter().map(|c| c.cases.len() as u64 * u64::from(c.sampling.samples)).sum();
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg}")
+                .map_err(|e| CouldNotRun(e.into()))?
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(target.clone());
+        let progress = bar.clone();
+        let certification = Certification {
+            provider: Arc::clone(&provider),
+            config: provider_config.clone(),
+            golden_root: args.golden.clone(),
+            accept: args.accept,
+            on_sample: Box::new(move |contract, case| {
+                progress.set_message(format!("{contract}/{case}"));
+                progress.inc(1);
+            }),
+        };
+        let results = certification.run(&selected).await.map_err(|e| CouldNotRun(e.into()))?;
+        bar.finish_and_clear();
+        let validity = Duration::from_secs(args.validity_days * 24 * 3600);
+        let entries = results.iter().map(|r| surety_harness::entry(&provider_config, r, served.clone(), now, validity)).collect();
+        manifest.replace_provider(target, entries, now);
+        write_reports(&args.out, target, &results).map_err(CouldNotRun)?;
+        print!("{}", report::summary_table(target, &results));
+        all_certified &= results.iter().all(|r| r.certified);
+    }
+    if let Some(key) = &args.signing_key {
+        let key = surety_manifest::read_signing_key(key).map_err(|e| CouldNotRun(e.into()))?;
+        manifest.sign(&key);
+    }
+    if let Some(dir) = args.manifest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| CouldNotRun(e.into()))?;
+    }
+    manifest.write(&args.manifest).map_err(|e| CouldNotRun(e.into()))?;
+    println!("manifest: {}{}", args.manifest.display(), if args.signing_key.is_some() { " (signed)" } else { "" });
+    println!("reports: {}", args.out.display());
+    Ok(all_certified)
+}
+
+fn write_reports(out: &Path, provider: &str, results: &[ContractResult]) -> Result<()> {
+    let dir = out.join(provider);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join("report.md"), report::markdown(provider, results))?;
+    std::fs::write(dir.join("junit.xml"), report::junit(provider, results))?;
+    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(results)?)?;
+    Ok(())
+}
+
+fn verify(args: &VerifyArgs) -> Result<bool> {
+    let text = std::fs::read_to_string(&args.manifest).with_context(|| format!("reading {}", args.manifest.display()))?;
+    let manifest = match Manifest::parse(&text) {
+        Ok(manifest) => manifest,
+        Err(e) => {
+            println!("REFUSED: {e}");
+            return Ok(false);
+        }
+    };
+    if let Some(key) = &args.public_key {
+        let key = surety_manifest::read_verifying_key(key)?;
+        if let Err(e) = manifest.verify(&key) {
+            println!("REFUSED: {e}");
+            return Ok(false);
+        }
+        println!("signature: valid ({})", manifest.signature.as_ref().map(|s| s.public_key.as_str()).unwrap_or_default());
+    } else {
+        println!("signature: not checked (no --public-key)");
+    }
+    let contracts = surety_contracts::load_all(&args.contracts)?;
+    let now = OffsetDateTime::now_utc();
+    let mut current = true;
+    for entry in &manifest.entries {
+        let digest = contracts.iter().find(|c| c.id == entry.contract).map(|c| c.digest.as_str()).unwrap_or("(no such contract)");
+        let verdict = match manifest.eligibility(&entry.provider, &entry.contract, digest, now) {
+            Eligibility::Certified => "certified".to_owned(),
+            Eligibility::Failed => "failed".to_owned(),
+            Eligibility::Missing => "missing".to_owned(),
+            Eligibility::Stale { certified_digest } => format!("STALE: certified {certified_digest}, contract is now {digest}"),
+            Eligibility::Expired { expired_at } => format!("EXPIRED at {expired_at}"),
+        };
+        current &= verdict == "certified";
+        println!("{:<14} {:<22} {verdict}", entry.provider, entry.contract);
+    }
+    Ok(current || !args.require_current)
+}
+
+fn keygen(prefix: &Path) -> Result<()> {
+    let secret: [u8; 32] = rand::random();
+    let key = ed25519_dalek::SigningKey::from_bytes(&secret);
+    let secret_path = prefix.with_extension("key");
+    let public_path = prefix.with_extension("pub");
+    if secret_path.exists() {
+        bail!("{} exists; not overwriting a key", secret_path.display());
+    }
+    write_private(&secret_path, &hex::encode(secret))?;
+    std::fs::write(&public_path, hex::encode(key.verifying_key().as_bytes()) + "\n")?;
+    println!("wrote {} (keep it secret) and {}", secret_path.display(), public_path.display());
+    Ok(())
+}
+
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    writeln!(file, "{text}")?;
+    Ok(())
+}

@@ -1,0 +1,423 @@
+//! surety's certification harness.
+//!
+//! For each contract a provider is routed for, each case, each sample:
+//! render → tokenizer → call at low temperature → parse → JSON Schema →
+//! business rules → expected facts; then per case: golden snapshot and
+//! determinism across the samples. Each case ends stable-pass, stable-fail
+//! or flaky; a contract is certified when every case passes. The results
+//! become manifest entries and reports (`report`).
+
+pub mod config;
+pub mod golden;
+pub mod lint;
+pub mod report;
+pub mod tokenizer;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use surety_contracts::{Case, Contract};
+use surety_manifest::{Counts, Entry, Failure, Latency, ServedModel, Status, Tokens, now_rfc3339};
+use surety_providers::{
+    CallContext, ChatRequest, FailureKind, Message, OutputFormat, Provider, ProviderConfig, StructuredMode,
+};
+use time::OffsetDateTime;
+
+use crate::golden::Golden;
+use crate::tokenizer::Tokenizer;
+
+/// The harness's version, recorded in every manifest entry.
+pub const HARNESS_VERSION: &str = concat!("surety-harness ", env!("CARGO_PKG_VERSION"));
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Pass,
+    Fail,
+    /// Could not be checked, and said so (no tokenizer known).
+    Unverified,
+}
+
+/// One named check's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: CheckStatus,
+    pub message: String,
+}
+
+impl Check {
+    pub fn new(name: &'static str, status: CheckStatus, message: String) -> Check {
+        Check { name, status, message }
+    }
+
+    fn pass(name: &'static str) -> Check {
+        Check::new(name, CheckStatus::Pass, String::new())
+    }
+
+    fn fail(name: &'static str, message: String) -> Check {
+        Check::new(name, CheckStatus::Fail, message)
+    }
+
+    pub fn failed(&self) -> bool {
+        self.status == CheckStatus::Fail
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub checks: Vec<Check>,
+    pub output: Option<Value>,
+    /// The raw text, when it did not parse.
+    pub raw: Option<String>,
+    pub latency_ms: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub response_model: Option<String>,
+}
+
+impl Sample {
+    pub fn passed(&self) -> bool {
+        !self.checks.iter().any(Check::failed)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    StablePass,
+    Flaky,
+    StableFail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub name: String,
+    /// Checks run once per case: render, tokenizer, golden, determinism.
+    pub checks: Vec<Check>,
+    pub samples: Vec<Sample>,
+    pub outcome: Outcome,
+    pub passed: bool,
+    pub prompt_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ContractResult {
+    pub contract: String,
+    pub digest: String,
+    pub prompt_digest: String,
+    pub structured_mode: String,
+    pub tokenizer: String,
+    pub lint: Vec<String>,
+    pub cases: Vec<CaseResult>,
+    pub certified: bool,
+}
+
+impl ContractResult {
+    /// Every failed check, with its case and sample.
+    pub fn failures(&self) -> Vec<Failure> {
+        let mut out = Vec::new();
+        for case in &self.cases {
+            for check in case.checks.iter().filter(|c| c.failed()) {
+                out.push(Failure { case: case.name.clone(), sample: None, check: check.name.to_owned(), message: check.message.clone() });
+            }
+            for (i, sample) in case.samples.iter().enumerate() {
+                for check in sample.checks.iter().filter(|c| c.failed()) {
+                    out.push(Failure {
+                        case: case.name.clone(),
+                        sample: Some(i as u32 + 1),
+                        check: check.name.to_owned(),
+                        message: check.message.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut counts = Counts { cases: self.cases.len() as u32, ..Counts::default() };
+        for case in &self.cases {
+            match case.outcome {
+                Outcome::StablePass => counts.stable_pass += 1,
+                Outcome::Flaky => counts.flaky += 1,
+                Outcome::StableFail => counts.stable_fail += 1,
+            }
+            counts.samples += case.samples.len() as u32;
+            counts.samples_passed += case.samples.iter().filter(|s| s.passed()).count() as u32;
+        }
+        counts
+    }
+}
+
+/// What to certify and how.
+pub struct Certification {
+    pub provider: Arc<dyn Provider>,
+    pub config: ProviderConfig,
+    /// Where `golden/` is; snapshots go to `<golden>/<provider>/<contract>/`.
+    pub golden_root: PathBuf,
+    pub accept: bool,
+    /// Called after each sample, for progress display.
+    pub on_sample: Box<dyn Fn(&str, &str) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Certification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Certification").field("provider", &self.config.id).field("accept", &self.accept).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("the tokenizer of provider `{provider}` cannot be loaded: {message}")]
+    Tokenizer { provider: String, message: String },
+    #[error("golden snapshots: {0}")]
+    Golden(#[from] std::io::Error),
+}
+
+impl Certification {
+    /// Certifies the provider for `contracts`.
+    pub async fn run(&self, contracts: &[Contract]) -> Result<Vec<ContractResult>, HarnessError> {
+        let tokenizer = Tokenizer::for_provider(&self.config, self.provider.clone())
+            .map_err(|message| HarnessError::Tokenizer { provider: self.config.id.clone(), message })?;
+        let mut results = Vec::new();
+        for contract in contracts {
+            results.push(self.contract(contract, &tokenizer).await?);
+        }
+        Ok(results)
+    }
+
+    async fn contract(&self, contract: &Contract, tokenizer: &Tokenizer) -> Result<ContractResult, HarnessError> {
+        let mode = self.provider.capabilities().structured_output.first().copied().unwrap_or(StructuredMode::PromptOnly);
+        let mut prompts = Sha256::new();
+        let mut cases = Vec::new();
+        for (index, case) in contract.cases.iter().enumerate() {
+            let result = self.case(contract, case, index, tokenizer, &mut prompts).await?;
+            cases.push(result);
+        }
+        let certified = !cases.is_empty() && cases.iter().all(|c| c.passed);
+        Ok(ContractResult {
+            contract: contract.id.clone(),
+            digest: contract.digest.clone(),
+            prompt_digest: format!("sha256:{}", hex::encode(prompts.finalize())),
+            structured_mode: mode.as_str().to_owned(),
+            tokenizer: tokenizer.describe(),
+            lint: lint::lint(&contract.schema, mode),
+            cases,
+            certified,
+        })
+    }
+
+    async fn case(
+        &self,
+        contract: &Contract,
+        case: &Case,
+        index: usize,
+        tokenizer: &Tokenizer,
+        prompts: &mut Sha256,
+    ) -> Result<CaseResult, HarnessError> {
+        let mut checks = Vec::new();
+        let stop = |checks: Vec<Check>| CaseResult {
+            name: case.name.clone(),
+            checks,
+            samples: Vec::new(),
+            outcome: Outcome::StableFail,
+            passed: false,
+            prompt_tokens: None,
+        };
+        let rendered = match contract.render(&case.input) {
+            Ok(rendered) => rendered,
+            Err(e) => return Ok(stop(vec![Check::fail("render", e.to_string())])),
+        };
+        checks.push(Check::pass("render"));
+        prompts.update(format!("{}\0{}\0{}\0", case.name, rendered.system, rendered.user).as_bytes());
+        let (token_check, prompt_tokens) = tokenizer.check(contract, self.config.context_window, &case.input, &rendered).await;
+        let overflow = token_check.failed();
+        checks.push(token_check);
+        if overflow {
+            return Ok(CaseResult { prompt_tokens, ..stop(checks) });
+        }
+        let request = ChatRequest {
+            messages: vec![Message::system(rendered.system.clone()), Message::user(rendered.user.clone())],
+            temperature: contract.sampling.temperature,
+            max_tokens: contract.limits.max_output_tokens,
+            // A seed goes only where the provider declares it; determinism is checked either way.
+            seed: contract.sampling.seed.filter(|_| self.provider.capabilities().seed),
+            output: OutputFormat::Json { name: contract.output_name.clone(), schema: contract.schema.clone() },
+        };
+        let mut samples = Vec::new();
+        for n in 0..contract.sampling.samples {
+            // One key per sample: each is a distinct call, and must be billed as one.
+            let call = CallContext { idempotency_key: format!("certify-{}-{}-{index}-{n}", self.config.id, contract.id) };
+            samples.push(self.sample(contract, case, &request, &call).await);
+            (self.on_sample)(&contract.id, &case.name);
+        }
+
+        // Golden: the normalized set of answers, the rendered prompt and its size.
+        let outputs: BTreeSet<String> = samples.iter().map(|s| normalized(contract, s)).collect();
+        let snapshot = golden_text(&rendered.system, &rendered.user, prompt_tokens, &tokenizer.describe(), samples.len(), &outputs);
+        let dir = self.golden_root.join(&self.config.id).join(&contract.id);
+        let expression = format!("{}/{}/{}", self.config.id, contract.id, case.name);
+        let golden_ok = match golden::check(&dir, &case.name, &expression, &snapshot, self.accept)? {
+            Golden::Matches | Golden::Accepted => {
+                checks.push(Check::pass("golden"));
+                true
+            }
+            Golden::New { pending } => {
+                checks.push(Check::fail("golden", format!("new snapshot {} waits for review (accept with --accept or `cargo insta review`)", pending.display())));
+                false
+            }
+            Golden::Changed { pending } => {
+                checks.push(Check::fail("golden", format!("the answers changed from the accepted snapshot; see {} (accept with --accept or `cargo insta review`)", pending.display())));
+                false
+            }
+        };
+        let deterministic = outputs.len() <= 1;
+        checks.push(match deterministic {
+            true => Check::pass("determinism"),
+            false => Check::fail(
+                "determinism",
+                format!("{} different answers across {} samples at temperature {}", outputs.len(), samples.len(), contract.sampling.temperature),
+            ),
+        });
+        let passes = samples.iter().filter(|s| s.passed()).count() as u32;
+        let outcome = if passes == contract.sampling.samples && deterministic {
+            Outcome::StablePass
+        } else if passes < contract.sampling.pass_k {
+            Outcome::StableFail
+        } else {
+            Outcome::Flaky
+        };
+        let allowed = match outcome {
+            Outcome::StablePass => true,
+            Outcome::Flaky => contract.sampling.flaky_passes,
+            Outcome::StableFail => false,
+        };
+        Ok(CaseResult { name: case.name.clone(), checks, samples, outcome, passed: allowed && golden_ok, prompt_tokens })
+    }
+
+    async fn sample(&self, contract: &Contract, case: &Case, request: &ChatRequest, call: &CallContext) -> Sample {
+        let mut sample = Sample {
+            checks: Vec::new(),
+            output: None,
+            raw: None,
+            latency_ms: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            response_model: None,
+        };
+        let response = match self.provider.chat(request, call).await {
+            Ok(response) => response,
+            Err(e) if e.kind == FailureKind::BadResponse => {
+                sample.checks.push(Check::pass("call"));
+                sample.checks.push(Check::fail("parse", e.message));
+                return sample;
+            }
+            Err(e) => {
+                sample.checks.push(Check::fail("call", e.to_string()));
+                return sample;
+            }
+        };
+        sample.latency_ms = response.latency.as_millis() as u64;
+        sample.prompt_tokens = response.usage.prompt_tokens;
+        sample.completion_tokens = response.usage.completion_tokens;
+        sample.response_model = Some(response.model.clone());
+        sample.checks.push(Check::pass("call"));
+        let Some(answer) = response.json else {
+            sample.raw = Some(response.text);
+            sample.checks.push(Check::fail("parse", "no JSON answer".into()));
+            return sample;
+        };
+        sample.checks.push(Check::pass("parse"));
+        let verdict = |name: &'static str, found: Vec<surety_contracts::Violation>| match found.is_empty() {
+            true => Check::pass(name),
+            false => Check::fail(
+                name,
+                found.iter().map(|v| format!("{} at `{}`: {}", v.check, v.pointer, v.message)).collect::<Vec<_>>().join("; "),
+            ),
+        };
+        sample.checks.push(verdict("schema", contract.check_schema(&answer)));
+        sample.checks.push(verdict("rules", contract.check_rules(&answer)));
+        sample.checks.push(verdict("facts", contract.check_facts(case, &answer)));
+        sample.output = Some(answer);
+        sample
+    }
+}
+
+/// A sample's answer in canonical form, volatile fields redacted.
+fn normalized(contract: &Contract, sample: &Sample) -> String {
+    match &sample.output {
+        Some(answer) => {
+            let mut answer = answer.clone();
+            for pointer in &contract.golden_redact {
+                if let Some(v) = answer.pointer_mut(pointer) {
+                    *v = Value::String("[redacted]".into());
+                }
+            }
+            serde_jcs::to_string(&answer).unwrap_or_else(|_| answer.to_string())
+        }
+        None => match (&sample.raw, sample.checks.iter().find(|c| c.failed())) {
+            (Some(raw), _) => format!("(not JSON) {raw}"),
+            (None, Some(check)) => format!("({} failed) {}", check.name, check.message),
+            (None, None) => "(no answer)".to_owned(),
+        },
+    }
+}
+
+fn golden_text(system: &str, user: &str, tokens: Option<u64>, tokenizer: &str, samples: usize, outputs: &BTreeSet<String>) -> String {
+    let tokens = tokens.map_or("unverified".to_owned(), |t| t.to_string());
+    let mut text = format!("prompt tokens: {tokens} ({tokenizer})\n--- system ---\n{system}\n--- user ---\n{user}\n");
+    text.push_str(&format!("--- answers: {} distinct across {samples} samples ---\n", outputs.len()));
+    for output in outputs {
+        text.push_str(output);
+        text.push('\n');
+    }
+    text
+}
+
+/// The manifest entry for one contract's result.
+pub fn entry(
+    config: &ProviderConfig,
+    result: &ContractResult,
+    served: Option<Vec<String>>,
+    now: OffsetDateTime,
+    validity: Duration,
+) -> Entry {
+    let samples: Vec<&Sample> = result.cases.iter().flat_map(|c| &c.samples).collect();
+    let mut latencies: Vec<u64> = samples.iter().filter(|s| s.response_model.is_some()).map(|s| s.latency_ms).collect();
+    latencies.sort_unstable();
+    let pick = |q: f64| latencies.get(((latencies.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
+    let config_json = serde_json::to_value(config).unwrap_or(Value::Null);
+    let response_models: BTreeSet<String> = samples.iter().filter_map(|s| s.response_model.clone()).collect();
+    let expires = now + time::Duration::try_from(validity).unwrap_or(time::Duration::days(30));
+    Entry {
+        provider: config.id.clone(),
+        contract: result.contract.clone(),
+        status: if result.certified { Status::Certified } else { Status::Failed },
+        contract_digest: result.digest.clone(),
+        prompt_digest: result.prompt_digest.clone(),
+        provider_fingerprint: surety_manifest::fingerprint(&config_json),
+        provider_config: config_json,
+        served_model: ServedModel { response_models: response_models.into_iter().collect(), models_endpoint: served },
+        tokenizer: result.tokenizer.clone(),
+        structured_mode: result.structured_mode.clone(),
+        lint: result.lint.clone(),
+        counts: result.counts(),
+        failures: result.failures(),
+        tokens: Tokens {
+            prompt_max: samples.iter().map(|s| s.prompt_tokens).max().unwrap_or(0),
+            completion_max: samples.iter().map(|s| s.completion_tokens).max().unwrap_or(0),
+            prompt_total: samples.iter().map(|s| s.prompt_tokens).sum(),
+            completion_total: samples.iter().map(|s| s.completion_tokens).sum(),
+        },
+        latency_ms: Latency { p50: pick(0.5), p95: pick(0.95), max: latencies.last().copied().unwrap_or(0) },
+        generated_at: now_rfc3339(now),
+        expires_at: now_rfc3339(expires),
+        harness_version: HARNESS_VERSION.to_owned(),
+    }
+}

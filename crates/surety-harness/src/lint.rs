@@ -1,0 +1,55 @@
+//! The schema capability lint: where a provider's structured-output mode
+//! silently drops a keyword the contract's schema relies on. The answer is
+//! always validated afterwards anyway; the lint says where the provider
+//! cannot be trusted to have been constrained.
+
+use serde_json::Value;
+use surety_providers::StructuredMode;
+
+/// Keywords each mode is known to ignore while constraining the output.
+fn dropped(mode: StructuredMode) -> &'static [&'static str] {
+    match mode {
+        // llama.cpp's JSON-Schema-to-grammar conversion.
+        StructuredMode::JsonObjectSchema => {
+            &["uniqueItems", "not", "if", "then", "else", "contains", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format", "dependentSchemas"]
+        }
+        // OpenAI strict mode rejects or ignores these.
+        StructuredMode::JsonSchema => &["format", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems", "not", "if", "then", "else", "contains"],
+        // The schema does not reach the model at all.
+        StructuredMode::JsonObject | StructuredMode::Prefill | StructuredMode::PromptOnly => &["*"],
+        StructuredMode::Tool => &["format", "uniqueItems", "not", "if", "then", "else"],
+    }
+}
+
+/// One warning per keyword the schema uses that `mode` drops, with where.
+pub fn lint(schema: &Value, mode: StructuredMode) -> Vec<String> {
+    let dropped = dropped(mode);
+    if dropped == ["*"] {
+        return vec![format!("`{}` does not send the schema: the output is constrained by the prompt alone", mode.as_str())];
+    }
+    let mut found = Vec::new();
+    walk(schema, "", dropped, mode, &mut found);
+    found
+}
+
+fn walk(value: &Value, at: &str, dropped: &[&str], mode: StructuredMode, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                let here = format!("{at}/{key}");
+                // Property names under `properties` are data, not keywords.
+                let is_keyword = !at.ends_with("/properties");
+                if is_keyword && dropped.contains(&key.as_str()) {
+                    found.push(format!("`{}` drops `{key}` at {here}", mode.as_str()));
+                }
+                walk(v, &here, dropped, mode, found);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                walk(v, &format!("{at}/{i}"), dropped, mode, found);
+            }
+        }
+        _ => {}
+    }
+}
