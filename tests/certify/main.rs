@@ -32,16 +32,30 @@ pub fn answers() -> Value {
 /// The text that tells one case's prompt from the others: its input's first string.
 fn case_marker(contract: &Contract, case: &str) -> String {
     let case = contract.cases.iter().find(|c| c.name == case).unwrap();
-    case.input.as_object().unwrap().values().filter_map(Value::as_str).max_by_key(|s| s.len()).unwrap().to_owned()
+    case.input
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(Value::as_str)
+        .max_by_key(|s| s.len())
+        .unwrap()
+        .to_owned()
 }
 
 /// A script answering every case of `contract`, each answer passed through `edit`.
 pub fn script_for(contract: &Contract, edit: impl Fn(&str, Value) -> Behavior) -> Script {
     let answers = answers();
-    let mut script = Script::always(Behavior::Status { status: 404, body: json!({"error": {"message": "no scripted answer"}}), retry_after: None });
+    let mut script = Script::always(Behavior::Status {
+        status: 404,
+        body: json!({"error": {"message": "no scripted answer"}}),
+        retry_after: None,
+    });
     for case in &contract.cases {
         let answer = answers[&contract.id][&case.name].clone();
-        script = script.rule(When::PromptContains(case_marker(contract, &case.name)), edit(&case.name, answer));
+        script = script.rule(
+            When::PromptContains(case_marker(contract, &case.name)),
+            edit(&case.name, answer),
+        );
     }
     script
 }
@@ -51,12 +65,22 @@ fn reply(answer: &Value) -> Behavior {
 }
 
 /// Certifies a provider at `fake` for `contracts`, golden snapshots under `golden`.
-pub async fn certify(fake: &FakeProvider, extra: &str, contracts: &[Contract], golden: &Path, accept: bool) -> Vec<ContractResult> {
+pub async fn certify(
+    fake: &FakeProvider,
+    extra: &str,
+    contracts: &[Contract],
+    golden: &Path,
+    accept: bool,
+) -> Vec<ContractResult> {
     let toml = format!(
         "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\ntokenizer = \"tiktoken:o200k_base\"\n{extra}\n",
         fake.openai_base_url()
     );
-    let toml = if toml.contains("context_window") { toml } else { format!("{toml}context_window = 16000\n") };
+    let toml = if toml.contains("context_window") {
+        toml
+    } else {
+        format!("{toml}context_window = 16000\n")
+    };
     let config = ProvidersConfig::from_toml(&toml).unwrap().providers["fake"].clone();
     let provider = build_provider(&config).unwrap();
     let certification = Certification {
@@ -84,38 +108,101 @@ async fn a_well_behaved_fake_certifies_for_every_contract() {
     assert!(contracts.len() >= 3 && contracts.iter().all(|c| c.cases.len() >= 10));
     let mut script = Script::default();
     for contract in &contracts {
-        script.rules.extend(script_for(contract, |_, a| reply(&a)).rules);
+        script
+            .rules
+            .extend(script_for(contract, |_, a| reply(&a)).rules);
     }
     let fake = FakeProvider::start(script).await.unwrap();
     // The first run has no golden snapshots: they are new, and fail until accepted.
     let first = certify(&fake, "", &contracts, golden.path(), false).await;
-    assert!(first.iter().all(|r| !r.certified && failed_checks(r) == ["golden"]), "{:?}", first.iter().map(failed_checks).collect::<Vec<_>>());
-    assert!(golden.path().join("fake/support-triage/double-charge.snap.new").is_file());
+    assert!(
+        first
+            .iter()
+            .all(|r| !r.certified && failed_checks(r) == ["golden"]),
+        "{:?}",
+        first.iter().map(failed_checks).collect::<Vec<_>>()
+    );
+    assert!(
+        golden
+            .path()
+            .join("fake/support-triage/double-charge.snap.new")
+            .is_file()
+    );
     // Accepted, then certified.
     let accepted = certify(&fake, "", &contracts, golden.path(), true).await;
     assert!(accepted.iter().all(|r| r.certified));
     let results = certify(&fake, "", &contracts, golden.path(), false).await;
     for result in &results {
-        assert!(result.certified, "{}:\n{}", result.contract, report::markdown("fake", &results));
-        assert!(result.cases.iter().all(|c| c.outcome == Outcome::StablePass));
+        assert!(
+            result.certified,
+            "{}:\n{}",
+            result.contract,
+            report::markdown("fake", &results)
+        );
+        assert!(
+            result
+                .cases
+                .iter()
+                .all(|c| c.outcome == Outcome::StablePass)
+        );
         assert_eq!(result.counts().samples, result.counts().samples_passed);
     }
     assert!(report::summary_table("fake", &results).contains("CERTIFIED"));
     let junit = report::junit("fake", &results);
-    assert!(junit.contains("<testsuite name=\"fake/support-triage\" tests=\"10\" failures=\"0\""), "{junit}");
-    let snap = std::fs::read_to_string(golden.path().join("fake/invoice-extraction/freight-jpy.snap")).unwrap();
-    assert!(snap.starts_with("---\nsource: surety certify\n") && snap.contains("prompt tokens: ") && snap.contains("\"JPY\""), "{snap}");
+    assert!(
+        junit.contains("<testsuite name=\"fake/support-triage\" tests=\"10\" failures=\"0\""),
+        "{junit}"
+    );
+    let snap = std::fs::read_to_string(
+        golden
+            .path()
+            .join("fake/invoice-extraction/freight-jpy.snap"),
+    )
+    .unwrap();
+    assert!(
+        snap.starts_with("---\nsource: surety certify\n")
+            && snap.contains("prompt tokens: ")
+            && snap.contains("\"JPY\""),
+        "{snap}"
+    );
 }
 
 /// Certifies `contract_id` against a fake whose answers are passed through `edit`.
-async fn misbehave(contract_id: &str, extra: &str, edit: impl Fn(&str, Value) -> Behavior) -> (ContractResult, String, FakeProvider) {
+async fn misbehave(
+    contract_id: &str,
+    extra: &str,
+    edit: impl Fn(&str, Value) -> Behavior,
+) -> (ContractResult, String, FakeProvider) {
     let golden = tempfile::tempdir().unwrap();
     let contract = contract(contract_id);
     // Accept the well-behaved answers first, so only the misbehaviour can fail.
-    let good = FakeProvider::start(script_for(&contract, |_, a| reply(&a))).await.unwrap();
-    assert!(certify(&good, extra, std::slice::from_ref(&contract), golden.path(), true).await[0].certified || !extra.is_empty());
-    let fake = FakeProvider::start(script_for(&contract, edit)).await.unwrap();
-    let result = certify(&fake, extra, std::slice::from_ref(&contract), golden.path(), false).await.remove(0);
+    let good = FakeProvider::start(script_for(&contract, |_, a| reply(&a)))
+        .await
+        .unwrap();
+    assert!(
+        certify(
+            &good,
+            extra,
+            std::slice::from_ref(&contract),
+            golden.path(),
+            true
+        )
+        .await[0]
+            .certified
+            || !extra.is_empty()
+    );
+    let fake = FakeProvider::start(script_for(&contract, edit))
+        .await
+        .unwrap();
+    let result = certify(
+        &fake,
+        extra,
+        std::slice::from_ref(&contract),
+        golden.path(),
+        false,
+    )
+    .await
+    .remove(0);
     let markdown = report::markdown("fake", std::slice::from_ref(&result));
     (result, markdown, fake)
 }
@@ -129,14 +216,19 @@ async fn an_invented_top_level_key_is_caught_by_the_rules() {
     .await;
     assert!(!result.certified);
     assert!(failed_checks(&result).contains(&"rules".to_owned()));
-    assert!(markdown.contains("rule: no invented top-level keys at `/confidence`"), "{markdown}");
+    assert!(
+        markdown.contains("rule: no invented top-level keys at `/confidence`"),
+        "{markdown}"
+    );
 }
 
 #[tokio::test]
 async fn wrong_business_logic_in_valid_json_is_caught_by_the_rules() {
     let (result, markdown, _) = misbehave("invoice-extraction", "", |_, mut a| {
         // Schema-valid, but the subtotal forgets the last line.
-        let last = a["line_items"].as_array().unwrap().last().unwrap()["amount"].as_f64().unwrap();
+        let last = a["line_items"].as_array().unwrap().last().unwrap()["amount"]
+            .as_f64()
+            .unwrap();
         let subtotal = a["subtotal"].as_f64().unwrap() - last;
         a["subtotal"] = json!(subtotal);
         a["total"] = json!(subtotal + a["tax"].as_f64().unwrap());
@@ -145,8 +237,14 @@ async fn wrong_business_logic_in_valid_json_is_caught_by_the_rules() {
     .await;
     assert!(!result.certified);
     let checks = failed_checks(&result);
-    assert!(!checks.contains(&"schema".to_owned()), "the answers stay schema-valid: {checks:?}");
-    assert!(markdown.contains("rule: line items add up to the subtotal"), "{markdown}");
+    assert!(
+        !checks.contains(&"schema".to_owned()),
+        "the answers stay schema-valid: {checks:?}"
+    );
+    assert!(
+        markdown.contains("rule: line items add up to the subtotal"),
+        "{markdown}"
+    );
 }
 
 #[tokio::test]
@@ -159,7 +257,10 @@ async fn an_ignored_system_prompt_format_is_caught_by_the_schema() {
     assert!(!result.certified);
     assert!(failed_checks(&result).contains(&"schema".to_owned()));
     assert!(markdown.contains("**schema**"), "{markdown}");
-    assert!(markdown.contains("\"category\" is a required property"), "{markdown}");
+    assert!(
+        markdown.contains("\"category\" is a required property"),
+        "{markdown}"
+    );
 }
 
 #[tokio::test]
@@ -167,31 +268,61 @@ async fn nondeterminism_at_temperature_zero_is_caught_by_determinism() {
     let (result, markdown, _) = misbehave("language-detect", "", |case, a| {
         // Two answers that both keep the contract: only determinism can tell.
         let mut other = a.clone();
-        other["language"] = json!(if case == "english" { "english" } else { a["language"].as_str().unwrap() });
+        other["language"] = json!(if case == "english" {
+            "english"
+        } else {
+            a["language"].as_str().unwrap()
+        });
         let spaced = serde_json::to_string_pretty(&a).unwrap();
         match case {
-            "english" => Behavior::Cycle(vec![a.to_string(), json!({"language": "dutch"}).to_string()]),
+            "english" => Behavior::Cycle(vec![
+                a.to_string(),
+                json!({"language": "dutch"}).to_string(),
+            ]),
             _ => Behavior::Cycle(vec![a.to_string(), spaced]),
         }
     })
     .await;
     assert!(!result.certified);
     let english = result.cases.iter().find(|c| c.name == "english").unwrap();
-    assert_eq!(english.outcome, Outcome::StableFail, "a wrong answer in one of three samples: 2 < k = 3");
-    assert!(english.checks.iter().any(|c| c.name == "determinism" && c.failed()));
+    assert_eq!(
+        english.outcome,
+        Outcome::StableFail,
+        "a wrong answer in one of three samples: 2 < k = 3"
+    );
+    assert!(
+        english
+            .checks
+            .iter()
+            .any(|c| c.name == "determinism" && c.failed())
+    );
     // Whitespace differences are not nondeterminism: the answers are compared canonically.
     let french = result.cases.iter().find(|c| c.name == "french").unwrap();
     assert_eq!(french.outcome, Outcome::StablePass);
-    assert!(markdown.contains("**determinism**: 2 different answers across 3 samples"), "{markdown}");
+    assert!(
+        markdown.contains("**determinism**: 2 different answers across 3 samples"),
+        "{markdown}"
+    );
 }
 
 #[tokio::test]
 async fn a_prompt_that_overflows_the_context_window_is_caught_by_the_tokenizer() {
-    let (result, markdown, fake) = misbehave("invoice-extraction", "context_window = 600", |_, a| reply(&a)).await;
+    let (result, markdown, fake) =
+        misbehave("invoice-extraction", "context_window = 600", |_, a| {
+            reply(&a)
+        })
+        .await;
     assert!(!result.certified);
     assert_eq!(failed_checks(&result), ["tokenizer"]);
-    assert!(markdown.contains("overflow the context window (600)"), "{markdown}");
-    assert_eq!(fake.calls(), 0, "nothing is sent for a prompt that cannot fit");
+    assert!(
+        markdown.contains("overflow the context window (600)"),
+        "{markdown}"
+    );
+    assert_eq!(
+        fake.calls(),
+        0,
+        "nothing is sent for a prompt that cannot fit"
+    );
 }
 
 #[tokio::test]
@@ -203,7 +334,10 @@ async fn malformed_json_is_caught_by_parse() {
     .await;
     assert!(!result.certified);
     assert!(failed_checks(&result).contains(&"parse".to_owned()));
-    assert!(markdown.contains("**parse**: the answer is not JSON"), "{markdown}");
+    assert!(
+        markdown.contains("**parse**: the answer is not JSON"),
+        "{markdown}"
+    );
 }
 
 #[tokio::test]
@@ -217,5 +351,8 @@ async fn a_changed_answer_fails_the_golden_snapshot_until_accepted() {
     .await;
     assert!(!result.certified);
     assert_eq!(failed_checks(&result), ["golden"]);
-    assert!(markdown.contains("the answers changed from the accepted snapshot"), "{markdown}");
+    assert!(
+        markdown.contains("the answers changed from the accepted snapshot"),
+        "{markdown}"
+    );
 }

@@ -25,10 +25,19 @@ fn copy_contracts() -> tempfile::TempDir {
 
 async fn certified_manifest(contract: &Contract, now: OffsetDateTime) -> Manifest {
     let golden = tempfile::tempdir().unwrap();
-    let fake = surety_fake_provider::FakeProvider::start(script_for(contract, |_, a| surety_fake_provider::Behavior::Reply(a.to_string())))
-        .await
-        .unwrap();
-    let results = crate::certify(&fake, "", std::slice::from_ref(contract), golden.path(), true).await;
+    let fake = surety_fake_provider::FakeProvider::start(script_for(contract, |_, a| {
+        surety_fake_provider::Behavior::Reply(a.to_string())
+    }))
+    .await
+    .unwrap();
+    let results = crate::certify(
+        &fake,
+        "",
+        std::slice::from_ref(contract),
+        golden.path(),
+        true,
+    )
+    .await;
     let config = surety_providers::ProvidersConfig::from_toml(&format!(
         "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\ncontext_window = 16000\n",
         fake.openai_base_url()
@@ -36,7 +45,10 @@ async fn certified_manifest(contract: &Contract, now: OffsetDateTime) -> Manifes
     .unwrap()
     .providers["fake"]
         .clone();
-    let entries = results.iter().map(|r| surety_harness::entry(&config, r, None, now, Duration::from_secs(86400))).collect();
+    let entries = results
+        .iter()
+        .map(|r| surety_harness::entry(&config, r, None, now, Duration::from_secs(86400)))
+        .collect();
     let mut manifest = Manifest::new(now);
     manifest.replace_provider("fake", entries, now);
     manifest
@@ -50,25 +62,44 @@ async fn editing_a_contract_changes_its_digest_and_makes_its_certification_stale
     let now = OffsetDateTime::now_utc();
     let manifest = certified_manifest(&before, now).await;
     assert_eq!(manifest.entries[0].status, Status::Certified);
-    assert_eq!(manifest.eligibility("fake", "language-detect", &before.digest, now), Eligibility::Certified);
+    assert_eq!(
+        manifest.eligibility("fake", "language-detect", &before.digest, now),
+        Eligibility::Certified
+    );
 
     // One word of the prompt changes.
     let template = std::fs::read_to_string(dir.join("system.jinja")).unwrap();
-    std::fs::write(dir.join("system.jinja"), template.replace("customer message", "customer's message")).unwrap();
+    std::fs::write(
+        dir.join("system.jinja"),
+        template.replace("customer message", "customer's message"),
+    )
+    .unwrap();
     let after = Contract::load(&dir).unwrap();
     assert_ne!(before.digest, after.digest);
     assert_eq!(
         manifest.eligibility("fake", "language-detect", &after.digest, now),
-        Eligibility::Stale { certified_digest: before.digest.clone() }
+        Eligibility::Stale {
+            certified_digest: before.digest.clone()
+        }
     );
     // Any file counts, the cases too.
     let cases = std::fs::read_to_string(dir.join("cases.toml")).unwrap();
-    std::fs::write(dir.join("cases.toml"), cases.replace("Thanks, that fixed it!", "Thanks, that fixed it.")).unwrap();
+    std::fs::write(
+        dir.join("cases.toml"),
+        cases.replace("Thanks, that fixed it!", "Thanks, that fixed it."),
+    )
+    .unwrap();
     assert_ne!(Contract::load(&dir).unwrap().digest, after.digest);
     // And time: past its expiry, a certification lapses too.
     let later = now + time::Duration::days(2);
-    assert!(matches!(manifest.eligibility("fake", "language-detect", &before.digest, later), Eligibility::Expired { .. }));
-    assert_eq!(manifest.eligibility("other", "language-detect", &before.digest, now), Eligibility::Missing);
+    assert!(matches!(
+        manifest.eligibility("fake", "language-detect", &before.digest, later),
+        Eligibility::Expired { .. }
+    ));
+    assert_eq!(
+        manifest.eligibility("other", "language-detect", &before.digest, now),
+        Eligibility::Missing
+    );
 }
 
 #[tokio::test]
@@ -85,19 +116,36 @@ async fn a_tampered_manifest_fails_verification() {
     // A failed certification edited into a passing one.
     let mut tampered = reread.clone();
     tampered.entries[0].counts.stable_fail += 1;
-    assert!(matches!(tampered.verify(&key.verifying_key()), Err(ManifestError::BadSignature(_))));
+    assert!(matches!(
+        tampered.verify(&key.verifying_key()),
+        Err(ManifestError::BadSignature(_))
+    ));
     // Text edits of the file, byte by byte, are caught too.
     let edited = text.replace("\"certified\"", "\"failed\"");
-    assert!(Manifest::parse(&edited).unwrap().verify(&key.verifying_key()).is_err());
+    assert!(
+        Manifest::parse(&edited)
+            .unwrap()
+            .verify(&key.verifying_key())
+            .is_err()
+    );
     // Another key's signature, and no signature at all.
     let other = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]);
-    assert!(matches!(reread.verify(&other.verifying_key()), Err(ManifestError::WrongKey { .. })));
+    assert!(matches!(
+        reread.verify(&other.verifying_key()),
+        Err(ManifestError::WrongKey { .. })
+    ));
     let mut unsigned = reread.clone();
     unsigned.signature = None;
-    assert!(matches!(unsigned.verify(&key.verifying_key()), Err(ManifestError::Unsigned)));
+    assert!(matches!(
+        unsigned.verify(&key.verifying_key()),
+        Err(ManifestError::Unsigned)
+    ));
     // A file that is not a manifest at all.
     assert!(Manifest::parse("{\"format\": \"surety-manifest/1\"").is_err());
-    assert!(matches!(Manifest::parse(&text.replace("surety-manifest/1", "surety-manifest/9")), Err(ManifestError::Format(_))));
+    assert!(matches!(
+        Manifest::parse(&text.replace("surety-manifest/1", "surety-manifest/9")),
+        Err(ManifestError::Format(_))
+    ));
 }
 
 #[test]
@@ -127,6 +175,10 @@ fn certifying_one_provider_replaces_only_its_entries() {
     manifest.replace_provider("a", vec![entry("a", "c1"), entry("a", "c2")], now);
     manifest.replace_provider("b", vec![entry("b", "c1")], now);
     manifest.replace_provider("a", vec![entry("a", "c3")], now);
-    let pairs: Vec<_> = manifest.entries.iter().map(|e| (e.provider.as_str(), e.contract.as_str())).collect();
+    let pairs: Vec<_> = manifest
+        .entries
+        .iter()
+        .map(|e| (e.provider.as_str(), e.contract.as_str()))
+        .collect();
     assert_eq!(pairs, [("a", "c3"), ("b", "c1")]);
 }

@@ -124,7 +124,9 @@ fn certify(root: &Path, args: &[&str]) -> Result<()> {
         }
         false => None,
     };
-    let base_url = server.as_ref().map(|s| format!("local-gemma={}", s.base_url));
+    let base_url = server
+        .as_ref()
+        .map(|s| format!("local-gemma={}", s.base_url));
     let mut extra: Vec<&str> = Vec::new();
     if let Some(url) = &base_url {
         extra.extend(["--base-url", url.as_str()]);
@@ -146,12 +148,24 @@ fn exit_with(code: i32) -> Result<()> {
 fn harness(root: &Path, command: &str, args: &[&str], extra: &[&str]) -> Result<i32> {
     let status = Command::new(cargo_bin())
         .current_dir(root)
-        .args(["run", "--quiet", "--locked", "-p", "surety-harness", "--bin", "surety-certify", "--", command])
+        .args([
+            "run",
+            "--quiet",
+            "--locked",
+            "-p",
+            "surety-harness",
+            "--bin",
+            "surety-certify",
+            "--",
+            command,
+        ])
         .args(args)
         .args(extra)
         .status()
         .context("could not run surety-certify")?;
-    status.code().with_context(|| format!("surety-certify was killed ({status})"))
+    status
+        .code()
+        .with_context(|| format!("surety-certify was killed ({status})"))
 }
 
 /// Runs `cargo test`, passing its output through, and adds up the

@@ -96,7 +96,9 @@ impl Rule {
             Rule::Matches { regex, .. } => regex::Regex::new(regex)
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
-            Rule::Sum { tolerance, .. } | Rule::Add { tolerance, .. } if !(*tolerance >= 0.0) => {
+            Rule::Sum { tolerance, .. } | Rule::Add { tolerance, .. }
+                if tolerance.is_nan() || *tolerance < 0.0 =>
+            {
                 Err("`tolerance` must be zero or more".into())
             }
             Rule::Implies { when, then, .. }

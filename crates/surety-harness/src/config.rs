@@ -32,7 +32,8 @@ pub struct CertifyConfig {
 
 impl CertifyConfig {
     pub fn from_toml(text: &str, contracts: &[String]) -> Result<CertifyConfig, ConfigError> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
+        let raw: RawFile =
+            toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
         let providers = raw
             .providers
             .into_iter()
@@ -40,24 +41,40 @@ impl CertifyConfig {
             .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
         for (id, route) in &raw.routes {
             if !contracts.contains(&route.contract) {
-                return Err(ConfigError::at(format!("routes.{id}.contract"), format!("no contract `{}` under contracts/", route.contract)));
+                return Err(ConfigError::at(
+                    format!("routes.{id}.contract"),
+                    format!("no contract `{}` under contracts/", route.contract),
+                ));
             }
             if route.providers.is_empty() {
-                return Err(ConfigError::at(format!("routes.{id}.providers"), "must list at least one provider"));
+                return Err(ConfigError::at(
+                    format!("routes.{id}.providers"),
+                    "must list at least one provider",
+                ));
             }
             for (i, p) in route.providers.iter().enumerate() {
                 if !providers.contains_key(p) {
-                    return Err(ConfigError::at(format!("routes.{id}.providers[{i}]"), format!("no provider `{p}` is configured")));
+                    return Err(ConfigError::at(
+                        format!("routes.{id}.providers[{i}]"),
+                        format!("no provider `{p}` is configured"),
+                    ));
                 }
             }
         }
-        Ok(CertifyConfig { providers, routes: raw.routes })
+        Ok(CertifyConfig {
+            providers,
+            routes: raw.routes,
+        })
     }
 
     /// The contracts routed to `provider`, sorted.
     pub fn contracts_of(&self, provider: &str) -> Vec<String> {
-        let mut ids: Vec<String> =
-            self.routes.values().filter(|r| r.providers.iter().any(|p| p == provider)).map(|r| r.contract.clone()).collect();
+        let mut ids: Vec<String> = self
+            .routes
+            .values()
+            .filter(|r| r.providers.iter().any(|p| p == provider))
+            .map(|r| r.contract.clone())
+            .collect();
         ids.sort();
         ids.dedup();
         ids

@@ -20,11 +20,21 @@ pub enum Golden {
 }
 
 /// Compares `contents` with the snapshot `name` in `dir`.
-pub fn check(dir: &Path, name: &str, expression: &str, contents: &str, accept: bool) -> std::io::Result<Golden> {
+pub fn check(
+    dir: &Path,
+    name: &str,
+    expression: &str,
+    contents: &str,
+    accept: bool,
+) -> std::io::Result<Golden> {
     let path = dir.join(format!("{name}.snap"));
     let pending = dir.join(format!("{name}.snap.new"));
     let new = TextSnapshotContents::new(contents.to_owned(), TextSnapshotKind::File);
-    let existing = if path.is_file() { Snapshot::from_file(&path).ok() } else { None };
+    let existing = if path.is_file() {
+        Snapshot::from_file(&path).ok()
+    } else {
+        None
+    };
     let matches = existing.as_ref().is_some_and(|old| match old.contents() {
         SnapshotContents::Text(text) => new.matches_latest(text),
         _ => false,
@@ -34,7 +44,10 @@ pub fn check(dir: &Path, name: &str, expression: &str, contents: &str, accept: b
         return Ok(Golden::Matches);
     }
     std::fs::create_dir_all(dir)?;
-    let file = format!("---\nsource: surety certify\nexpression: {expression}\n---\n{}\n", contents.trim_end());
+    let file = format!(
+        "---\nsource: surety certify\nexpression: {expression}\n---\n{}\n",
+        contents.trim_end()
+    );
     if accept {
         std::fs::write(&path, file)?;
         remove_if_present(&pending)?;

@@ -24,7 +24,8 @@ use sha2::{Digest, Sha256};
 use surety_contracts::{Case, Contract};
 use surety_manifest::{Counts, Entry, Failure, Latency, ServedModel, Status, Tokens, now_rfc3339};
 use surety_providers::{
-    CallContext, ChatRequest, FailureKind, Message, OutputFormat, Provider, ProviderConfig, StructuredMode,
+    CallContext, ChatRequest, FailureKind, Message, OutputFormat, Provider, ProviderConfig,
+    StructuredMode,
 };
 use time::OffsetDateTime;
 
@@ -53,7 +54,11 @@ pub struct Check {
 
 impl Check {
     pub fn new(name: &'static str, status: CheckStatus, message: String) -> Check {
-        Check { name, status, message }
+        Check {
+            name,
+            status,
+            message,
+        }
     }
 
     fn pass(name: &'static str) -> Check {
@@ -124,7 +129,12 @@ impl ContractResult {
         let mut out = Vec::new();
         for case in &self.cases {
             for check in case.checks.iter().filter(|c| c.failed()) {
-                out.push(Failure { case: case.name.clone(), sample: None, check: check.name.to_owned(), message: check.message.clone() });
+                out.push(Failure {
+                    case: case.name.clone(),
+                    sample: None,
+                    check: check.name.to_owned(),
+                    message: check.message.clone(),
+                });
             }
             for (i, sample) in case.samples.iter().enumerate() {
                 for check in sample.checks.iter().filter(|c| c.failed()) {
@@ -141,7 +151,10 @@ impl ContractResult {
     }
 
     pub fn counts(&self) -> Counts {
-        let mut counts = Counts { cases: self.cases.len() as u32, ..Counts::default() };
+        let mut counts = Counts {
+            cases: self.cases.len() as u32,
+            ..Counts::default()
+        };
         for case in &self.cases {
             match case.outcome {
                 Outcome::StablePass => counts.stable_pass += 1,
@@ -155,6 +168,9 @@ impl ContractResult {
     }
 }
 
+/// Called with the contract and case after each sample.
+pub type OnSample = Box<dyn Fn(&str, &str) + Send + Sync>;
+
 /// What to certify and how.
 pub struct Certification {
     pub provider: Arc<dyn Provider>,
@@ -163,12 +179,15 @@ pub struct Certification {
     pub golden_root: PathBuf,
     pub accept: bool,
     /// Called after each sample, for progress display.
-    pub on_sample: Box<dyn Fn(&str, &str) + Send + Sync>,
+    pub on_sample: OnSample,
 }
 
 impl std::fmt::Debug for Certification {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Certification").field("provider", &self.config.id).field("accept", &self.accept).finish_non_exhaustive()
+        f.debug_struct("Certification")
+            .field("provider", &self.config.id)
+            .field("accept", &self.accept)
+            .finish_non_exhaustive()
     }
 }
 
@@ -183,8 +202,13 @@ pub enum HarnessError {
 impl Certification {
     /// Certifies the provider for `contracts`.
     pub async fn run(&self, contracts: &[Contract]) -> Result<Vec<ContractResult>, HarnessError> {
-        let tokenizer = Tokenizer::for_provider(&self.config, self.provider.clone())
-            .map_err(|message| HarnessError::Tokenizer { provider: self.config.id.clone(), message })?;
+        let tokenizer =
+            Tokenizer::for_provider(&self.config, self.provider.clone()).map_err(|message| {
+                HarnessError::Tokenizer {
+                    provider: self.config.id.clone(),
+                    message,
+                }
+            })?;
         let mut results = Vec::new();
         for contract in contracts {
             results.push(self.contract(contract, &tokenizer).await?);
@@ -192,12 +216,24 @@ impl Certification {
         Ok(results)
     }
 
-    async fn contract(&self, contract: &Contract, tokenizer: &Tokenizer) -> Result<ContractResult, HarnessError> {
-        let mode = self.provider.capabilities().structured_output.first().copied().unwrap_or(StructuredMode::PromptOnly);
+    async fn contract(
+        &self,
+        contract: &Contract,
+        tokenizer: &Tokenizer,
+    ) -> Result<ContractResult, HarnessError> {
+        let mode = self
+            .provider
+            .capabilities()
+            .structured_output
+            .first()
+            .copied()
+            .unwrap_or(StructuredMode::PromptOnly);
         let mut prompts = Sha256::new();
         let mut cases = Vec::new();
         for (index, case) in contract.cases.iter().enumerate() {
-            let result = self.case(contract, case, index, tokenizer, &mut prompts).await?;
+            let result = self
+                .case(contract, case, index, tokenizer, &mut prompts)
+                .await?;
             cases.push(result);
         }
         let certified = !cases.is_empty() && cases.iter().all(|c| c.passed);
@@ -235,35 +271,60 @@ impl Certification {
             Err(e) => return Ok(stop(vec![Check::fail("render", e.to_string())])),
         };
         checks.push(Check::pass("render"));
-        prompts.update(format!("{}\0{}\0{}\0", case.name, rendered.system, rendered.user).as_bytes());
-        let (token_check, prompt_tokens) = tokenizer.check(contract, self.config.context_window, &case.input, &rendered).await;
+        prompts
+            .update(format!("{}\0{}\0{}\0", case.name, rendered.system, rendered.user).as_bytes());
+        let (token_check, prompt_tokens) = tokenizer
+            .check(contract, self.config.context_window, &case.input, &rendered)
+            .await;
         let overflow = token_check.failed();
         checks.push(token_check);
         if overflow {
-            return Ok(CaseResult { prompt_tokens, ..stop(checks) });
+            return Ok(CaseResult {
+                prompt_tokens,
+                ..stop(checks)
+            });
         }
         let request = ChatRequest {
-            messages: vec![Message::system(rendered.system.clone()), Message::user(rendered.user.clone())],
+            messages: vec![
+                Message::system(rendered.system.clone()),
+                Message::user(rendered.user.clone()),
+            ],
             temperature: contract.sampling.temperature,
             max_tokens: contract.limits.max_output_tokens,
             // A seed goes only where the provider declares it; determinism is checked either way.
-            seed: contract.sampling.seed.filter(|_| self.provider.capabilities().seed),
-            output: OutputFormat::Json { name: contract.output_name.clone(), schema: contract.schema.clone() },
+            seed: contract
+                .sampling
+                .seed
+                .filter(|_| self.provider.capabilities().seed),
+            output: OutputFormat::Json {
+                name: contract.output_name.clone(),
+                schema: contract.schema.clone(),
+            },
         };
         let mut samples = Vec::new();
         for n in 0..contract.sampling.samples {
             // One key per sample: each is a distinct call, and must be billed as one.
-            let call = CallContext { idempotency_key: format!("certify-{}-{}-{index}-{n}", self.config.id, contract.id) };
+            let call = CallContext {
+                idempotency_key: format!("certify-{}-{}-{index}-{n}", self.config.id, contract.id),
+            };
             samples.push(self.sample(contract, case, &request, &call).await);
             (self.on_sample)(&contract.id, &case.name);
         }
 
         // Golden: the normalized set of answers, the rendered prompt and its size.
         let outputs: BTreeSet<String> = samples.iter().map(|s| normalized(contract, s)).collect();
-        let snapshot = golden_text(&rendered.system, &rendered.user, prompt_tokens, &tokenizer.describe(), samples.len(), &outputs);
+        let snapshot = golden_text(
+            &rendered.system,
+            &rendered.user,
+            prompt_tokens,
+            &tokenizer.describe(),
+            samples.len(),
+            &outputs,
+        );
         let dir = self.golden_root.join(&self.config.id).join(&contract.id);
         let expression = format!("{}/{}/{}", self.config.id, contract.id, case.name);
-        let golden_ok = match golden::check(&dir, &case.name, &expression, &snapshot, self.accept)? {
+        let golden_ok = match golden::check(&dir, &case.name, &expression, &snapshot, self.accept)?
+        {
             Golden::Matches | Golden::Accepted => {
                 checks.push(Check::pass("golden"));
                 true
@@ -282,7 +343,12 @@ impl Certification {
             true => Check::pass("determinism"),
             false => Check::fail(
                 "determinism",
-                format!("{} different answers across {} samples at temperature {}", outputs.len(), samples.len(), contract.sampling.temperature),
+                format!(
+                    "{} different answers across {} samples at temperature {}",
+                    outputs.len(),
+                    samples.len(),
+                    contract.sampling.temperature
+                ),
             ),
         });
         let passes = samples.iter().filter(|s| s.passed()).count() as u32;
@@ -298,10 +364,23 @@ impl Certification {
             Outcome::Flaky => contract.sampling.flaky_passes,
             Outcome::StableFail => false,
         };
-        Ok(CaseResult { name: case.name.clone(), checks, samples, outcome, passed: allowed && golden_ok, prompt_tokens })
+        Ok(CaseResult {
+            name: case.name.clone(),
+            checks,
+            samples,
+            outcome,
+            passed: allowed && golden_ok,
+            prompt_tokens,
+        })
     }
 
-    async fn sample(&self, contract: &Contract, case: &Case, request: &ChatRequest, call: &CallContext) -> Sample {
+    async fn sample(
+        &self,
+        contract: &Contract,
+        case: &Case,
+        request: &ChatRequest,
+        call: &CallContext,
+    ) -> Sample {
         let mut sample = Sample {
             checks: Vec::new(),
             output: None,
@@ -330,20 +409,33 @@ impl Certification {
         sample.checks.push(Check::pass("call"));
         let Some(answer) = response.json else {
             sample.raw = Some(response.text);
-            sample.checks.push(Check::fail("parse", "no JSON answer".into()));
+            sample
+                .checks
+                .push(Check::fail("parse", "no JSON answer".into()));
             return sample;
         };
         sample.checks.push(Check::pass("parse"));
-        let verdict = |name: &'static str, found: Vec<surety_contracts::Violation>| match found.is_empty() {
-            true => Check::pass(name),
-            false => Check::fail(
-                name,
-                found.iter().map(|v| format!("{} at `{}`: {}", v.check, v.pointer, v.message)).collect::<Vec<_>>().join("; "),
-            ),
-        };
-        sample.checks.push(verdict("schema", contract.check_schema(&answer)));
-        sample.checks.push(verdict("rules", contract.check_rules(&answer)));
-        sample.checks.push(verdict("facts", contract.check_facts(case, &answer)));
+        let verdict =
+            |name: &'static str, found: Vec<surety_contracts::Violation>| match found.is_empty() {
+                true => Check::pass(name),
+                false => Check::fail(
+                    name,
+                    found
+                        .iter()
+                        .map(|v| format!("{} at `{}`: {}", v.check, v.pointer, v.message))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ),
+            };
+        sample
+            .checks
+            .push(verdict("schema", contract.check_schema(&answer)));
+        sample
+            .checks
+            .push(verdict("rules", contract.check_rules(&answer)));
+        sample
+            .checks
+            .push(verdict("facts", contract.check_facts(case, &answer)));
         sample.output = Some(answer);
         sample
     }
@@ -369,10 +461,22 @@ fn normalized(contract: &Contract, sample: &Sample) -> String {
     }
 }
 
-fn golden_text(system: &str, user: &str, tokens: Option<u64>, tokenizer: &str, samples: usize, outputs: &BTreeSet<String>) -> String {
+fn golden_text(
+    system: &str,
+    user: &str,
+    tokens: Option<u64>,
+    tokenizer: &str,
+    samples: usize,
+    outputs: &BTreeSet<String>,
+) -> String {
     let tokens = tokens.map_or("unverified".to_owned(), |t| t.to_string());
-    let mut text = format!("prompt tokens: {tokens} ({tokenizer})\n--- system ---\n{system}\n--- user ---\n{user}\n");
-    text.push_str(&format!("--- answers: {} distinct across {samples} samples ---\n", outputs.len()));
+    let mut text = format!(
+        "prompt tokens: {tokens} ({tokenizer})\n--- system ---\n{system}\n--- user ---\n{user}\n"
+    );
+    text.push_str(&format!(
+        "--- answers: {} distinct across {samples} samples ---\n",
+        outputs.len()
+    ));
     for output in outputs {
         text.push_str(output);
         text.push('\n');
@@ -389,21 +493,40 @@ pub fn entry(
     validity: Duration,
 ) -> Entry {
     let samples: Vec<&Sample> = result.cases.iter().flat_map(|c| &c.samples).collect();
-    let mut latencies: Vec<u64> = samples.iter().filter(|s| s.response_model.is_some()).map(|s| s.latency_ms).collect();
+    let mut latencies: Vec<u64> = samples
+        .iter()
+        .filter(|s| s.response_model.is_some())
+        .map(|s| s.latency_ms)
+        .collect();
     latencies.sort_unstable();
-    let pick = |q: f64| latencies.get(((latencies.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
+    let pick = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
     let config_json = serde_json::to_value(config).unwrap_or(Value::Null);
-    let response_models: BTreeSet<String> = samples.iter().filter_map(|s| s.response_model.clone()).collect();
+    let response_models: BTreeSet<String> = samples
+        .iter()
+        .filter_map(|s| s.response_model.clone())
+        .collect();
     let expires = now + time::Duration::try_from(validity).unwrap_or(time::Duration::days(30));
     Entry {
         provider: config.id.clone(),
         contract: result.contract.clone(),
-        status: if result.certified { Status::Certified } else { Status::Failed },
+        status: if result.certified {
+            Status::Certified
+        } else {
+            Status::Failed
+        },
         contract_digest: result.digest.clone(),
         prompt_digest: result.prompt_digest.clone(),
         provider_fingerprint: surety_manifest::fingerprint(&config_json),
         provider_config: config_json,
-        served_model: ServedModel { response_models: response_models.into_iter().collect(), models_endpoint: served },
+        served_model: ServedModel {
+            response_models: response_models.into_iter().collect(),
+            models_endpoint: served,
+        },
         tokenizer: result.tokenizer.clone(),
         structured_mode: result.structured_mode.clone(),
         lint: result.lint.clone(),
@@ -411,11 +534,19 @@ pub fn entry(
         failures: result.failures(),
         tokens: Tokens {
             prompt_max: samples.iter().map(|s| s.prompt_tokens).max().unwrap_or(0),
-            completion_max: samples.iter().map(|s| s.completion_tokens).max().unwrap_or(0),
+            completion_max: samples
+                .iter()
+                .map(|s| s.completion_tokens)
+                .max()
+                .unwrap_or(0),
             prompt_total: samples.iter().map(|s| s.prompt_tokens).sum(),
             completion_total: samples.iter().map(|s| s.completion_tokens).sum(),
         },
-        latency_ms: Latency { p50: pick(0.5), p95: pick(0.95), max: latencies.last().copied().unwrap_or(0) },
+        latency_ms: Latency {
+            p50: pick(0.5),
+            p95: pick(0.95),
+            max: latencies.last().copied().unwrap_or(0),
+        },
         generated_at: now_rfc3339(now),
         expires_at: now_rfc3339(expires),
         harness_version: HARNESS_VERSION.to_owned(),

@@ -10,11 +10,35 @@ use surety_providers::StructuredMode;
 fn dropped(mode: StructuredMode) -> &'static [&'static str] {
     match mode {
         // llama.cpp's JSON-Schema-to-grammar conversion.
-        StructuredMode::JsonObjectSchema => {
-            &["uniqueItems", "not", "if", "then", "else", "contains", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format", "dependentSchemas"]
-        }
+        StructuredMode::JsonObjectSchema => &[
+            "uniqueItems",
+            "not",
+            "if",
+            "then",
+            "else",
+            "contains",
+            "minimum",
+            "maximum",
+            "exclusiveMinimum",
+            "exclusiveMaximum",
+            "multipleOf",
+            "format",
+            "dependentSchemas",
+        ],
         // OpenAI strict mode rejects or ignores these.
-        StructuredMode::JsonSchema => &["format", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems", "not", "if", "then", "else", "contains"],
+        StructuredMode::JsonSchema => &[
+            "format",
+            "minLength",
+            "maxLength",
+            "minItems",
+            "maxItems",
+            "uniqueItems",
+            "not",
+            "if",
+            "then",
+            "else",
+            "contains",
+        ],
         // The schema does not reach the model at all.
         StructuredMode::JsonObject | StructuredMode::Prefill | StructuredMode::PromptOnly => &["*"],
         StructuredMode::Tool => &["format", "uniqueItems", "not", "if", "then", "else"],
@@ -25,7 +49,10 @@ fn dropped(mode: StructuredMode) -> &'static [&'static str] {
 pub fn lint(schema: &Value, mode: StructuredMode) -> Vec<String> {
     let dropped = dropped(mode);
     if dropped == ["*"] {
-        return vec![format!("`{}` does not send the schema: the output is constrained by the prompt alone", mode.as_str())];
+        return vec![format!(
+            "`{}` does not send the schema: the output is constrained by the prompt alone",
+            mode.as_str()
+        )];
     }
     let mut found = Vec::new();
     walk(schema, "", dropped, mode, &mut found);

@@ -8,11 +8,15 @@ use crate::{ContractResult, Outcome};
 /// One line per contract.
 pub fn summary_table(provider: &str, results: &[ContractResult]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<14} {:<22} {:>5} {:>6} {:>5} {:>5}  {}", "provider", "contract", "cases", "stable", "flaky", "fail", "status");
+    out.push_str("provider       contract               cases stable flaky  fail  status\n");
     for r in results {
         let c = r.counts();
         let status = if r.certified { "CERTIFIED" } else { "FAILED" };
-        let _ = writeln!(out, "{provider:<14} {:<22} {:>5} {:>6} {:>5} {:>5}  {status}", r.contract, c.cases, c.stable_pass, c.flaky, c.stable_fail);
+        let _ = writeln!(
+            out,
+            "{provider:<14} {:<22} {:>5} {:>6} {:>5} {:>5}  {status}",
+            r.contract, c.cases, c.stable_pass, c.flaky, c.stable_fail
+        );
     }
     out
 }
@@ -24,7 +28,11 @@ pub fn markdown(provider: &str, results: &[ContractResult]) -> String {
     out.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
         let c = r.counts();
-        let status = if r.certified { "**certified**" } else { "**failed**" };
+        let status = if r.certified {
+            "**certified**"
+        } else {
+            "**failed**"
+        };
         let _ = writeln!(
             out,
             "| {} | `{}` | {} | {} | {} | {} | {} | {} | {status} |",
@@ -50,20 +58,41 @@ pub fn markdown(provider: &str, results: &[ContractResult]) -> String {
         out.push_str("| case | outcome | samples passed | failed checks |\n|---|---|---|---|\n");
         for case in &r.cases {
             let passed = case.samples.iter().filter(|s| s.passed()).count();
-            let mut failed: Vec<&str> = case.checks.iter().filter(|c| c.failed()).map(|c| c.name).collect();
+            let mut failed: Vec<&str> = case
+                .checks
+                .iter()
+                .filter(|c| c.failed())
+                .map(|c| c.name)
+                .collect();
             for s in &case.samples {
                 failed.extend(s.checks.iter().filter(|c| c.failed()).map(|c| c.name));
             }
             failed.sort_unstable();
             failed.dedup();
-            let _ = writeln!(out, "| {} | {} | {passed}/{} | {} |", case.name, outcome(case.outcome), case.samples.len(), failed.join(", "));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {passed}/{} | {} |",
+                case.name,
+                outcome(case.outcome),
+                case.samples.len(),
+                failed.join(", ")
+            );
         }
         let failures = r.failures();
         if !failures.is_empty() {
             out.push_str("\nFailures:\n\n");
             for f in failures {
-                let sample = f.sample.map(|s| format!(", sample {s}")).unwrap_or_default();
-                let _ = writeln!(out, "- `{}`{sample}, **{}**: {}", f.case, f.check, f.message.replace('\n', " "));
+                let sample = f
+                    .sample
+                    .map(|s| format!(", sample {s}"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "- `{}`{sample}, **{}**: {}",
+                    f.case,
+                    f.check,
+                    f.message.replace('\n', " ")
+                );
             }
         }
     }
@@ -72,7 +101,9 @@ pub fn markdown(provider: &str, results: &[ContractResult]) -> String {
 
 /// JUnit XML: a suite per contract, a test case per contract case.
 pub fn junit(provider: &str, results: &[ContractResult]) -> String {
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"surety certify\">\n");
+    let mut out = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"surety certify\">\n",
+    );
     for r in results {
         let failed = r.cases.iter().filter(|c| !c.passed).count();
         let _ = writeln!(
@@ -82,7 +113,12 @@ pub fn junit(provider: &str, results: &[ContractResult]) -> String {
             r.cases.len()
         );
         for case in &r.cases {
-            let _ = write!(out, "    <testcase classname=\"{}\" name=\"{}\"", xml(&format!("{provider}.{}", r.contract)), xml(&case.name));
+            let _ = write!(
+                out,
+                "    <testcase classname=\"{}\" name=\"{}\"",
+                xml(&format!("{provider}.{}", r.contract)),
+                xml(&case.name)
+            );
             if case.passed {
                 out.push_str("/>\n");
                 continue;
@@ -97,7 +133,10 @@ pub fn junit(provider: &str, results: &[ContractResult]) -> String {
                     messages.push(format!("sample {}: {}: {}", i + 1, c.name, c.message));
                 }
             }
-            let first = messages.first().cloned().unwrap_or_else(|| outcome(case.outcome).to_owned());
+            let first = messages
+                .first()
+                .cloned()
+                .unwrap_or_else(|| outcome(case.outcome).to_owned());
             let _ = writeln!(
                 out,
                 "      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>",
@@ -125,5 +164,9 @@ fn short(digest: &str) -> &str {
 }
 
 fn xml(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&apos;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
 }

@@ -30,7 +30,10 @@ const SPECIAL_TOKEN_TEXT: [&str; 16] = [
 ];
 
 pub enum Tokenizer {
-    Tiktoken { name: String, bpe: tiktoken_rs::CoreBPE },
+    Tiktoken {
+        name: String,
+        bpe: Box<tiktoken_rs::CoreBPE>,
+    },
     Server(Arc<dyn Provider>),
     Unverified,
 }
@@ -42,7 +45,10 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    pub fn for_provider(config: &ProviderConfig, provider: Arc<dyn Provider>) -> Result<Tokenizer, String> {
+    pub fn for_provider(
+        config: &ProviderConfig,
+        provider: Arc<dyn Provider>,
+    ) -> Result<Tokenizer, String> {
         match &config.tokenizer {
             TokenizerConfig::Tiktoken(name) => {
                 let bpe = match name.as_str() {
@@ -53,7 +59,10 @@ impl Tokenizer {
                     other => return Err(format!("unknown tiktoken encoding `{other}`")),
                 }
                 .map_err(|e| format!("loading {name}: {e}"))?;
-                Ok(Tokenizer::Tiktoken { name: name.clone(), bpe })
+                Ok(Tokenizer::Tiktoken {
+                    name: name.clone(),
+                    bpe: Box::new(bpe),
+                })
             }
             TokenizerConfig::Server => Ok(Tokenizer::Server(provider)),
             TokenizerConfig::None => Ok(Tokenizer::Unverified),
@@ -92,11 +101,19 @@ impl Tokenizer {
     /// Checks a rendered prompt: exact round trip, within budget, no
     /// unrendered variables, no special-token text in the case's input.
     /// Returns the check and the prompt's token count, when known.
-    pub async fn check(&self, contract: &Contract, context_window: u32, input: &serde_json::Value, rendered: &Rendered) -> (Check, Option<u64>) {
+    pub async fn check(
+        &self,
+        contract: &Contract,
+        context_window: u32,
+        input: &serde_json::Value,
+        rendered: &Rendered,
+    ) -> (Check, Option<u64>) {
         let fail = |message: String| (Check::new("tokenizer", CheckStatus::Fail, message), None);
         let text = format!("{}\n{}", rendered.system, rendered.user);
         if let Some(left) = ["{{", "}}", "{%", "%}"].iter().find(|m| text.contains(**m)) {
-            return fail(format!("the rendered prompt still holds template syntax `{left}`"));
+            return fail(format!(
+                "the rendered prompt still holds template syntax `{left}`"
+            ));
         }
         let mut strings = Vec::new();
         collect_strings(input, &mut strings);
@@ -124,7 +141,11 @@ impl Tokenizer {
             let body = tokens.strip_prefix(prefix.as_slice()).unwrap_or(&tokens);
             match self.decode(body).await {
                 Ok(back) if back == *part => {}
-                Ok(back) => return fail(format!("the round trip is not exact: {part:?} came back as {back:?}")),
+                Ok(back) => {
+                    return fail(format!(
+                        "the round trip is not exact: {part:?} came back as {back:?}"
+                    ));
+                }
                 Err(e) => return fail(format!("the tokenizer could not decode: {e}")),
             }
             count += body.len() as u64;
@@ -133,7 +154,14 @@ impl Tokenizer {
         let prompt = count + 8;
         let max_prompt = u64::from(contract.limits.max_prompt_tokens);
         if prompt > max_prompt {
-            return (Check::new("tokenizer", CheckStatus::Fail, format!("the prompt is {prompt} tokens; the contract allows {max_prompt}")), Some(prompt));
+            return (
+                Check::new(
+                    "tokenizer",
+                    CheckStatus::Fail,
+                    format!("the prompt is {prompt} tokens; the contract allows {max_prompt}"),
+                ),
+                Some(prompt),
+            );
         }
         let need = prompt + u64::from(contract.limits.max_output_tokens);
         if need > u64::from(context_window) {
@@ -149,7 +177,14 @@ impl Tokenizer {
                 Some(prompt),
             );
         }
-        (Check::new("tokenizer", CheckStatus::Pass, format!("{prompt} tokens ({})", self.describe())), Some(prompt))
+        (
+            Check::new(
+                "tokenizer",
+                CheckStatus::Pass,
+                format!("{prompt} tokens ({})", self.describe()),
+            ),
+            Some(prompt),
+        )
     }
 }
 

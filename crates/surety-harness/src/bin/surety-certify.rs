@@ -23,7 +23,11 @@ use surety_providers::build_provider;
 use time::OffsetDateTime;
 
 #[derive(Debug, Parser)]
-#[command(name = "surety-certify", version, about = "Certify LLM providers against surety's prompt contracts")]
+#[command(
+    name = "surety-certify",
+    version,
+    about = "Certify LLM providers against surety's prompt contracts"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -96,7 +100,10 @@ struct CouldNotRun(anyhow::Error);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -130,8 +137,15 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
         .with_context(|| format!("in {}", args.config.display()))
         .map_err(CouldNotRun)?;
     for spec in &args.base_urls {
-        let (id, url) = spec.split_once('=').context("--base-url takes <id>=<url>").map_err(CouldNotRun)?;
-        let provider = config.providers.get_mut(id).with_context(|| format!("--base-url: no provider `{id}`")).map_err(CouldNotRun)?;
+        let (id, url) = spec
+            .split_once('=')
+            .context("--base-url takes <id>=<url>")
+            .map_err(CouldNotRun)?;
+        let provider = config
+            .providers
+            .get_mut(id)
+            .with_context(|| format!("--base-url: no provider `{id}`"))
+            .map_err(CouldNotRun)?;
         provider.base_url = url.trim_end_matches('/').to_owned();
     }
     let targets: Vec<String> = match (&args.provider, args.all) {
@@ -140,7 +154,8 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
         (None, false) => return Err(CouldNotRun(anyhow::anyhow!("name a provider, or --all"))),
     };
     let now = OffsetDateTime::now_utc();
-    let mut manifest = Manifest::load_or_new(&args.manifest, now).map_err(|e| CouldNotRun(e.into()))?;
+    let mut manifest =
+        Manifest::load_or_new(&args.manifest, now).map_err(|e| CouldNotRun(e.into()))?;
     let mut all_certified = true;
     for target in &targets {
         let provider_config = config
@@ -151,9 +166,16 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
             .clone();
         let routed = config.contracts_of(target);
         if routed.is_empty() {
-            return Err(CouldNotRun(anyhow::anyhow!("provider `{target}` is not routed for any contract in {}", args.config.display())));
+            return Err(CouldNotRun(anyhow::anyhow!(
+                "provider `{target}` is not routed for any contract in {}",
+                args.config.display()
+            )));
         }
-        let selected: Vec<Contract> = contracts.iter().filter(|c| routed.contains(&c.id)).cloned().collect();
+        let selected: Vec<Contract> = contracts
+            .iter()
+            .filter(|c| routed.contains(&c.id))
+            .cloned()
+            .collect();
         let provider = build_provider(&provider_config).map_err(|e| CouldNotRun(e.into()))?;
         let served = match provider.capabilities().models_endpoint {
             true => Some(
@@ -165,7 +187,10 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
             ),
             false => None,
         };
-        let total: u64 = selected.iter().map(|c| c.cases.len() as u64 * u64::from(c.sampling.samples)).sum();
+        let total: u64 = selected
+            .iter()
+            .map(|c| c.cases.len() as u64 * u64::from(c.sampling.samples))
+            .sum();
         let bar = ProgressBar::new(total);
         bar.set_style(
             ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg}")
@@ -184,10 +209,16 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
                 progress.inc(1);
             }),
         };
-        let results = certification.run(&selected).await.map_err(|e| CouldNotRun(e.into()))?;
+        let results = certification
+            .run(&selected)
+            .await
+            .map_err(|e| CouldNotRun(e.into()))?;
         bar.finish_and_clear();
         let validity = Duration::from_secs(args.validity_days * 24 * 3600);
-        let entries = results.iter().map(|r| surety_harness::entry(&provider_config, r, served.clone(), now, validity)).collect();
+        let entries = results
+            .iter()
+            .map(|r| surety_harness::entry(&provider_config, r, served.clone(), now, validity))
+            .collect();
         manifest.replace_provider(target, entries, now);
         write_reports(&args.out, target, &results).map_err(CouldNotRun)?;
         print!("{}", report::summary_table(target, &results));
@@ -200,8 +231,18 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
     if let Some(dir) = args.manifest.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| CouldNotRun(e.into()))?;
     }
-    manifest.write(&args.manifest).map_err(|e| CouldNotRun(e.into()))?;
-    println!("manifest: {}{}", args.manifest.display(), if args.signing_key.is_some() { " (signed)" } else { "" });
+    manifest
+        .write(&args.manifest)
+        .map_err(|e| CouldNotRun(e.into()))?;
+    println!(
+        "manifest: {}{}",
+        args.manifest.display(),
+        if args.signing_key.is_some() {
+            " (signed)"
+        } else {
+            ""
+        }
+    );
     println!("reports: {}", args.out.display());
     Ok(all_certified)
 }
@@ -211,12 +252,16 @@ fn write_reports(out: &Path, provider: &str, results: &[ContractResult]) -> Resu
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join("report.md"), report::markdown(provider, results))?;
     std::fs::write(dir.join("junit.xml"), report::junit(provider, results))?;
-    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(results)?)?;
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(results)?,
+    )?;
     Ok(())
 }
 
 fn verify(args: &VerifyArgs) -> Result<bool> {
-    let text = std::fs::read_to_string(&args.manifest).with_context(|| format!("reading {}", args.manifest.display()))?;
+    let text = std::fs::read_to_string(&args.manifest)
+        .with_context(|| format!("reading {}", args.manifest.display()))?;
     let manifest = match Manifest::parse(&text) {
         Ok(manifest) => manifest,
         Err(e) => {
@@ -230,7 +275,14 @@ fn verify(args: &VerifyArgs) -> Result<bool> {
             println!("REFUSED: {e}");
             return Ok(false);
         }
-        println!("signature: valid ({})", manifest.signature.as_ref().map(|s| s.public_key.as_str()).unwrap_or_default());
+        println!(
+            "signature: valid ({})",
+            manifest
+                .signature
+                .as_ref()
+                .map(|s| s.public_key.as_str())
+                .unwrap_or_default()
+        );
     } else {
         println!("signature: not checked (no --public-key)");
     }
@@ -238,12 +290,18 @@ fn verify(args: &VerifyArgs) -> Result<bool> {
     let now = OffsetDateTime::now_utc();
     let mut current = true;
     for entry in &manifest.entries {
-        let digest = contracts.iter().find(|c| c.id == entry.contract).map(|c| c.digest.as_str()).unwrap_or("(no such contract)");
+        let digest = contracts
+            .iter()
+            .find(|c| c.id == entry.contract)
+            .map(|c| c.digest.as_str())
+            .unwrap_or("(no such contract)");
         let verdict = match manifest.eligibility(&entry.provider, &entry.contract, digest, now) {
             Eligibility::Certified => "certified".to_owned(),
             Eligibility::Failed => "failed".to_owned(),
             Eligibility::Missing => "missing".to_owned(),
-            Eligibility::Stale { certified_digest } => format!("STALE: certified {certified_digest}, contract is now {digest}"),
+            Eligibility::Stale { certified_digest } => {
+                format!("STALE: certified {certified_digest}, contract is now {digest}")
+            }
             Eligibility::Expired { expired_at } => format!("EXPIRED at {expired_at}"),
         };
         current &= verdict == "certified";
@@ -261,15 +319,26 @@ fn keygen(prefix: &Path) -> Result<()> {
         bail!("{} exists; not overwriting a key", secret_path.display());
     }
     write_private(&secret_path, &hex::encode(secret))?;
-    std::fs::write(&public_path, hex::encode(key.verifying_key().as_bytes()) + "\n")?;
-    println!("wrote {} (keep it secret) and {}", secret_path.display(), public_path.display());
+    std::fs::write(
+        &public_path,
+        hex::encode(key.verifying_key().as_bytes()) + "\n",
+    )?;
+    println!(
+        "wrote {} (keep it secret) and {}",
+        secret_path.display(),
+        public_path.display()
+    );
     Ok(())
 }
 
 fn write_private(path: &Path, text: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
     writeln!(file, "{text}")?;
     Ok(())
 }
