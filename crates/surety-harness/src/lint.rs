@@ -80,3 +80,45 @@ fn walk(value: &Value, at: &str, dropped: &[&str], mode: StructuredMode, found: 
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn warns_where_a_mode_drops_what_the_schema_relies_on() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "issue_date": {"type": "string", "format": "date"},
+                "tax": {"type": "number", "minimum": 0},
+                "format": {"type": "string"},
+                "tags": {"type": "array", "uniqueItems": true}
+            }
+        });
+        let llama = lint(&schema, StructuredMode::JsonObjectSchema);
+        assert_eq!(
+            llama,
+            [
+                "`json_object_schema` drops `format` at /properties/issue_date/format",
+                "`json_object_schema` drops `uniqueItems` at /properties/tags/uniqueItems",
+                "`json_object_schema` drops `minimum` at /properties/tax/minimum",
+            ],
+            "a property named `format` is data, not the keyword"
+        );
+        assert_eq!(
+            lint(&schema, StructuredMode::JsonObject).len(),
+            1,
+            "json_object does not send the schema at all"
+        );
+        assert!(
+            lint(
+                &json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+                StructuredMode::JsonSchema
+            )
+            .is_empty()
+        );
+    }
+}
