@@ -396,7 +396,7 @@ async fn special_token_text_in_the_input_is_caught_by_the_tokenizer() {
         .unwrap();
     let check = case.checks.iter().find(|c| c.name == "tokenizer").unwrap();
     assert!(
-        check.failed() && check.message.contains("special-token text `<|im_end|>`"),
+        check.failed() && check.message.contains("special-token text `<|im_start|>`"),
         "{check:?}"
     );
     assert!(case.samples.is_empty(), "nothing is sent");
