@@ -21,6 +21,11 @@ struct RawFile {
     providers: BTreeMap<String, RawProviderConfig>,
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
+    /// The router's own sections: not certification's business.
+    #[serde(default)]
+    server: Option<toml::Table>,
+    #[serde(default)]
+    api_keys: Option<Vec<toml::Table>>,
 }
 
 /// Providers and routes, validated against each other.

@@ -1,0 +1,497 @@
+//! The HTTP API: `fn app(state) -> Router`.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use surety_core::IdempotencyKey;
+use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
+
+use crate::AppState;
+use crate::config::ApiKey;
+use crate::dispatch::{self, Drive};
+use crate::error::{ApiError, Problem};
+
+/// The longest `Prefer: wait` honoured, in seconds.
+const MAX_WAIT: u64 = 60;
+
+pub fn app(state: AppState) -> Router {
+    let limit = state.inner.max_body_bytes;
+    Router::new()
+        .route("/v1/jobs", post(create_job))
+        .route("/v1/jobs/{id}", get(get_job))
+        .route("/v1/jobs/{id}/attempts", get(get_attempts))
+        .route("/v1/jobs/{id}/retry", post(retry))
+        .route("/v1/jobs/{id}/attempts/{n}/cancel", post(cancel))
+        .route("/v1/providers", get(providers))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .fallback(|| async { ApiError::new(Problem::NotFound, "no such endpoint") })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            ApiError::new(
+                Problem::Unauthorized,
+                "send `Authorization: Bearer <API key>`",
+            )
+        })?;
+    let hash = hex::encode(Sha256::digest(token.trim().as_bytes()));
+    state
+        .inner
+        .api_keys
+        .get(&hash)
+        .cloned()
+        .ok_or_else(|| ApiError::new(Problem::Unauthorized, "unknown API key"))
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::new(Problem::PayloadTooLarge, rejection.body_text())
+        }
+        _ => ApiError::new(Problem::MalformedBody, rejection.body_text()),
+    })
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+    let raw = headers.get("idempotency-key").ok_or_else(|| {
+        ApiError::new(
+            Problem::MissingIdempotencyKey,
+            "send an `Idempotency-Key` header naming this intent",
+        )
+    })?;
+    let text = raw
+        .to_str()
+        .map_err(|_| ApiError::new(Problem::InvalidIdempotencyKey, "not printable ASCII"))?;
+    IdempotencyKey::parse(text)
+        .map_err(|e| ApiError::new(Problem::InvalidIdempotencyKey, e.to_string()))
+}
+
+/// `Prefer: wait=N` (RFC 7240), capped.
+fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
+    let prefer = headers.get("prefer")?.to_str().ok()?;
+    let seconds = prefer
+        .split([',', ';'])
+        .find_map(|p| p.trim().strip_prefix("wait=")?.trim().parse::<u64>().ok())?;
+    Some(Duration::from_secs(seconds.min(MAX_WAIT)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateJob {
+    route: String,
+    input: Value,
+}
+
+async fn create_job(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let key = authenticate(&state, &headers)?;
+    let idempotency = idempotency_key(&headers)?;
+    let body = body_bytes(body)?;
+    let request: CreateJob = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
+    if !request.input.is_object() {
+        return Err(ApiError::new(
+            Problem::MalformedBody,
+            "`input` must be an object of the contract's template variables",
+        ));
+    }
+    let route = state
+        .inner
+        .routes
+        .get(&request.route)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::new(
+                Problem::UnknownRoute,
+                format!("no route `{}`", request.route),
+            )
+        })?;
+    let contract = state
+        .inner
+        .contracts
+        .get(&route.contract)
+        .ok_or_else(|| ApiError::internal("a route names a missing contract"))?;
+    contract.render(&request.input).map_err(|e| {
+        ApiError::new(
+            Problem::MalformedBody,
+            format!("`input` does not fit contract `{}`: {e}", contract.id),
+        )
+    })?;
+    let (eligible, why_not) = dispatch::eligible(&state, &route, contract);
+    if eligible.is_empty() {
+        return Err(ApiError::new(
+            Problem::NoCertifiedProvider,
+            format!(
+                "no provider of route `{}` is certified for `{}` at {}: {}",
+                route.id,
+                contract.id,
+                contract.digest,
+                why_not.join("; ")
+            ),
+        ));
+    }
+    let owner = OwnerId(key.owner.clone());
+    let new = NewJob {
+        owner: owner.clone(),
+        key: idempotency,
+        route: route.id.clone(),
+        contract: contract.id.clone(),
+        contract_digest: contract.digest.clone(),
+        input: request.input.clone(),
+        hedgeable: contract.hedgeable(),
+        fingerprint: None,
+    };
+    let (job, replayed) = match state.inner.store.create_or_replay(&new).await? {
+        Created::New(job) => {
+            state.inner.metrics.jobs_created.inc();
+            tracing::info!(job_id = %job.id, owner = %owner, route = %route.id, "job created");
+            dispatch::spawn(
+                state.clone(),
+                Drive {
+                    owner: owner.clone(),
+                    job_id: job.id.clone(),
+                    route,
+                    input: request.input,
+                    first: None,
+                    providers: eligible,
+                },
+            );
+            (job, false)
+        }
+        Created::Replayed(job) => {
+            state.inner.metrics.replays.inc();
+            (job, true)
+        }
+        Created::Conflict => {
+            state.inner.metrics.conflicts.inc();
+            return Err(ApiError::new(
+                Problem::IdempotencyConflict,
+                "this Idempotency-Key already names a job with a different route or input; use a new key for a new intent",
+            ));
+        }
+    };
+    let waited = match prefer_wait(&headers) {
+        Some(limit) => Some(wait_settled(&state, &owner, &job.id, limit).await?),
+        None => None,
+    };
+    let status = match (waited, replayed) {
+        (Some(false), _) => StatusCode::ACCEPTED,
+        (_, true) => StatusCode::OK,
+        (_, false) => StatusCode::CREATED,
+    };
+    let mut response = (status, Json(job_view(&state, &owner, &job.id).await?)).into_response();
+    let headers = response.headers_mut();
+    if replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/jobs/{}", job.id)) {
+        headers.insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// Nothing more happens to the job on its own: settled, or unknown (which
+/// waits for a late result or an admin).
+fn at_rest(state: surety_core::JobState) -> bool {
+    state.is_settled() || state == surety_core::JobState::Unknown
+}
+
+/// Waits until the job is at rest or `limit` passes; true when it is.
+async fn wait_settled(
+    state: &AppState,
+    owner: &OwnerId,
+    id: &JobId,
+    limit: Duration,
+) -> Result<bool, ApiError> {
+    let mut settled = state.inner.settled.subscribe();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if at_rest(state.inner.store.job(owner, id).await?.state) {
+            return Ok(true);
+        }
+        // Woken by this router's own jobs settling; re-read now and then for
+        // jobs another replica drives.
+        let wake = tokio::time::timeout(Duration::from_millis(250), settled.recv());
+        if tokio::time::timeout_at(deadline, wake).await.is_err() {
+            return Ok(at_rest(state.inner.store.job(owner, id).await?.state));
+        }
+    }
+}
+
+async fn job_view(state: &AppState, owner: &OwnerId, id: &JobId) -> Result<Value, ApiError> {
+    let job = state.inner.store.job(owner, id).await?;
+    let attempts = state.inner.store.attempts(owner, id).await?;
+    Ok(render_job(&job, &attempts))
+}
+
+fn render_job(job: &Job, attempts: &[Attempt]) -> Value {
+    let mut view = json!({
+        "id": job.id.0,
+        "object": "job",
+        "state": job.state.as_str(),
+        "route": job.route,
+        "contract": job.contract,
+        "contract_digest": job.contract_digest,
+        "version": job.version,
+        "created_at_ms": job.created_at_ms,
+        "attempts": attempts.iter().map(render_attempt).collect::<Vec<_>>(),
+    });
+    if let Some(result) = &job.result {
+        view["result"] = result.clone();
+        view["completed_by"] = json!(job.completed_by);
+    }
+    view
+}
+
+fn render_attempt(a: &Attempt) -> Value {
+    json!({
+        "ordinal": a.ordinal,
+        "provider": a.provider,
+        "state": a.state.as_str(),
+        "hedge": a.slot == Slot::Hedge,
+        "started_at_ms": a.started_at_ms,
+        "finished_at_ms": a.finished_at_ms,
+        "error": a.error,
+    })
+}
+
+async fn get_job(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let key = authenticate(&state, &headers)?;
+    Ok(Json(
+        job_view(&state, &OwnerId(key.owner), &JobId(id)).await?,
+    ))
+}
+
+async fn get_attempts(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let key = authenticate(&state, &headers)?;
+    let attempts = state
+        .inner
+        .store
+        .attempts(&OwnerId(key.owner), &JobId(id))
+        .await?;
+    Ok(Json(
+        json!({ "object": "list", "data": attempts.iter().map(render_attempt).collect::<Vec<_>>() }),
+    ))
+}
+
+async fn retry(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let key = authenticate(&state, &headers)?;
+    let owner = OwnerId(key.owner);
+    let job = state.inner.store.job(&owner, &JobId(id)).await?;
+    let route = state
+        .inner
+        .routes
+        .get(&job.route)
+        .cloned()
+        .ok_or_else(|| ApiError::internal("the job's route is gone"))?;
+    let contract = state
+        .inner
+        .contracts
+        .get(&route.contract)
+        .ok_or_else(|| ApiError::internal("the route's contract is gone"))?;
+    let (eligible, why_not) = dispatch::eligible(&state, &route, contract);
+    let Some(first) = eligible.first() else {
+        return Err(ApiError::new(
+            Problem::NoCertifiedProvider,
+            why_not.join("; "),
+        ));
+    };
+    // The store's guard decides: an open attempt or a settled job is a 409 saying which.
+    let start = StartAttempt {
+        provider: first.clone(),
+        slot: Slot::Primary,
+        lease: state.inner.lease,
+    };
+    let handle = state
+        .inner
+        .store
+        .start_attempt(&owner, &job.id, &start)
+        .await?;
+    dispatch::spawn(
+        state.clone(),
+        Drive {
+            owner: owner.clone(),
+            job_id: job.id.clone(),
+            route,
+            input: job.input.clone(),
+            first: Some(handle),
+            providers: eligible,
+        },
+    );
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(job_view(&state, &owner, &job.id).await?),
+    )
+        .into_response())
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((id, n)): Path<(String, i64)>,
+) -> Result<Json<Value>, ApiError> {
+    let key = authenticate(&state, &headers)?;
+    if !key.admin {
+        return Err(ApiError::new(
+            Problem::Forbidden,
+            "cancelling an attempt out of band needs an admin key",
+        ));
+    }
+    let owner = OwnerId(key.owner.clone());
+    let job_id = JobId(id);
+    let reason = format!("cancelled out of band by an admin of {}", key.owner);
+    state
+        .inner
+        .store
+        .cancel_attempt(&owner, &job_id, n, &reason)
+        .await?;
+    state
+        .inner
+        .metrics
+        .attempts
+        .with_label_values(&["-", "cancelled"])
+        .inc();
+    let _ = state.inner.settled.send(job_id.clone());
+    Ok(Json(job_view(&state, &owner, &job_id).await?))
+}
+
+async fn providers(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    authenticate(&state, &headers)?;
+    let data: Vec<Value> = state
+        .inner
+        .providers
+        .keys()
+        .map(|provider| {
+            let contracts: serde_json::Map<String, Value> = state
+                .inner
+                .contracts
+                .values()
+                .map(|c| {
+                    (
+                        c.id.clone(),
+                        json!(format!(
+                            "{:?}",
+                            state.inner.manifest.eligibility(provider, &c.id, &c.digest)
+                        )),
+                    )
+                })
+                .collect();
+            json!({ "id": provider, "certification": contracts })
+        })
+        .collect();
+    Ok(Json(json!({ "object": "list", "data": data })))
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let manifest = state.inner.manifest.current();
+    let refused = state.inner.manifest.refused();
+    let body = json!({
+        "ready": manifest.is_some(),
+        "manifest_entries": manifest.as_ref().map(|m| m.entries.len()),
+        "manifest_generated_at": manifest.as_ref().map(|m| m.generated_at.clone()),
+        "last_reload_refused": refused,
+    });
+    let status = if manifest.is_some() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let m = &state.inner.metrics;
+    if let Some(manifest) = state.inner.manifest.current() {
+        m.manifest_entries.set(manifest.entries.len() as i64);
+        if let Ok(at) = surety_manifest::parse_time(&manifest.generated_at) {
+            m.manifest_age_seconds
+                .set((time::OffsetDateTime::now_utc() - at).whole_seconds());
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        m.render(),
+    )
+        .into_response()
+}
+
+async fn openapi() -> Json<Value> {
+    let job = json!({"$ref": "#/components/schemas/Job"});
+    let problem = json!({"description": "RFC 9457 problem details", "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}});
+    Json(json!({
+        "openapi": "3.1.0",
+        "info": {"title": "surety", "version": env!("CARGO_PKG_VERSION")},
+        "components": {
+            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Job": {"type": "object", "required": ["id", "state", "route", "contract", "contract_digest", "attempts"],
+                        "properties": {"id": {"type": "string"}, "state": {"enum": ["queued", "running", "unknown", "succeeded", "failed", "cancelled"]},
+                                       "route": {"type": "string"}, "contract": {"type": "string"}, "contract_digest": {"type": "string"},
+                                       "result": {}, "attempts": {"type": "array"}}},
+                "Problem": {"type": "object", "required": ["type", "title", "status"],
+                            "properties": {"type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"}, "detail": {"type": "string"}}}
+            }
+        },
+        "security": [{"apiKey": []}],
+        "paths": {
+            "/v1/jobs": {"post": {
+                "parameters": [{"name": "Idempotency-Key", "in": "header", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": 257}},
+                               {"name": "Prefer", "in": "header", "schema": {"type": "string", "example": "wait=10"}}],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["route", "input"],
+                    "properties": {"route": {"type": "string"}, "input": {"type": "object"}}, "additionalProperties": false}}}},
+                "responses": {"201": {"description": "created", "content": {"application/json": {"schema": job}}},
+                              "200": {"description": "replayed (Idempotent-Replayed: true)", "content": {"application/json": {"schema": job}}},
+                              "202": {"description": "still running after Prefer: wait", "content": {"application/json": {"schema": job}}},
+                              "400": problem, "401": problem, "409": problem, "413": problem, "422": problem, "503": problem}}},
+            "/v1/jobs/{id}": {"get": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the job", "content": {"application/json": {"schema": job}}}, "401": problem, "404": problem}}},
+            "/v1/jobs/{id}/attempts": {"get": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the job's attempts"}, "401": problem, "404": problem}}},
+            "/v1/jobs/{id}/retry": {"post": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"202": {"description": "a new attempt started"}, "401": problem, "404": problem, "409": problem}}},
+            "/v1/jobs/{id}/attempts/{n}/cancel": {"post": {"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+                                                                         {"name": "n", "in": "path", "required": true, "schema": {"type": "integer"}}],
+                "responses": {"200": {"description": "cancelled"}, "401": problem, "403": problem, "404": problem, "409": problem}}},
+            "/v1/providers": {"get": {"responses": {"200": {"description": "providers and their certification per contract"}}}},
+            "/healthz": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
+            "/readyz": {"get": {"security": [], "responses": {"200": {"description": "ready"}, "503": {"description": "no valid manifest"}}}},
+            "/metrics": {"get": {"security": [], "responses": {"200": {"description": "Prometheus metrics"}}}}
+        }
+    }))
+}

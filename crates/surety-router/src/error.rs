@@ -1,0 +1,159 @@
+//! The router's errors as RFC 9457 problem details, one stable `type` each.
+//! 5xx bodies stay generic; the details go to the log.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    Unauthorized,
+    Forbidden,
+    MissingIdempotencyKey,
+    InvalidIdempotencyKey,
+    MalformedBody,
+    PayloadTooLarge,
+    UnknownRoute,
+    NotFound,
+    IdempotencyConflict,
+    AttemptOpen,
+    JobSettled,
+    AttemptNotOpen,
+    NoCertifiedProvider,
+    Internal,
+}
+
+impl Problem {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Problem::Unauthorized => StatusCode::UNAUTHORIZED,
+            Problem::Forbidden => StatusCode::FORBIDDEN,
+            Problem::MissingIdempotencyKey
+            | Problem::InvalidIdempotencyKey
+            | Problem::MalformedBody => StatusCode::BAD_REQUEST,
+            Problem::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Problem::UnknownRoute => StatusCode::UNPROCESSABLE_ENTITY,
+            Problem::NotFound => StatusCode::NOT_FOUND,
+            Problem::IdempotencyConflict
+            | Problem::AttemptOpen
+            | Problem::JobSettled
+            | Problem::AttemptNotOpen => StatusCode::CONFLICT,
+            Problem::NoCertifiedProvider => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn slug(self) -> &'static str {
+        match self {
+            Problem::Unauthorized => "unauthorized",
+            Problem::Forbidden => "forbidden",
+            Problem::MissingIdempotencyKey => "missing-idempotency-key",
+            Problem::InvalidIdempotencyKey => "invalid-idempotency-key",
+            Problem::MalformedBody => "malformed-body",
+            Problem::PayloadTooLarge => "payload-too-large",
+            Problem::UnknownRoute => "unknown-route",
+            Problem::NotFound => "not-found",
+            Problem::IdempotencyConflict => "idempotency-conflict",
+            Problem::AttemptOpen => "attempt-open",
+            Problem::JobSettled => "job-settled",
+            Problem::AttemptNotOpen => "attempt-not-open",
+            Problem::NoCertifiedProvider => "no-certified-provider",
+            Problem::Internal => "internal",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Problem::Unauthorized => "Missing or unknown API key",
+            Problem::Forbidden => "This API key may not do that",
+            Problem::MissingIdempotencyKey => "Idempotency-Key is required",
+            Problem::InvalidIdempotencyKey => "Idempotency-Key is malformed",
+            Problem::MalformedBody => "The request body is not valid",
+            Problem::PayloadTooLarge => "The request body is too large",
+            Problem::UnknownRoute => "No such route",
+            Problem::NotFound => "Not found",
+            Problem::IdempotencyConflict => "This Idempotency-Key was used for a different request",
+            Problem::AttemptOpen => "An attempt is still open",
+            Problem::JobSettled => "The job is already settled",
+            Problem::AttemptNotOpen => "The attempt is not open",
+            Problem::NoCertifiedProvider => "No provider is certified for this contract",
+            Problem::Internal => "Internal error",
+        }
+    }
+
+    pub fn type_uri(self) -> String {
+        format!("https://surety.dev/problems/{}", self.slug())
+    }
+}
+
+/// An error answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{problem:?}: {detail}")]
+pub struct ApiError {
+    pub problem: Problem,
+    pub detail: String,
+}
+
+impl ApiError {
+    pub fn new(problem: Problem, detail: impl Into<String>) -> ApiError {
+        ApiError {
+            problem,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn internal(error: impl std::fmt::Display) -> ApiError {
+        tracing::error!(%error, "internal error");
+        ApiError::new(
+            Problem::Internal,
+            "the server failed; the details are in its log",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.problem.status();
+        let body = json!({
+            "type": self.problem.type_uri(),
+            "title": self.problem.title(),
+            "status": status.as_u16(),
+            "detail": self.detail,
+        });
+        let mut response = (status, axum::Json(body)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if self.problem == Problem::Unauthorized {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<surety_store::StoreError> for ApiError {
+    fn from(error: surety_store::StoreError) -> ApiError {
+        use surety_store::StoreError as E;
+        match error {
+            E::JobNotFound(_) | E::AttemptNotFound { .. } => {
+                ApiError::new(Problem::NotFound, error.to_string())
+            }
+            E::AttemptOpen { .. } => ApiError::new(Problem::AttemptOpen, error.to_string()),
+            E::Transition(surety_core::TransitionError::Job { .. }) => {
+                ApiError::new(Problem::JobSettled, error.to_string())
+            }
+            E::Transition(surety_core::TransitionError::Attempt { .. }) => {
+                ApiError::new(Problem::AttemptNotOpen, error.to_string())
+            }
+            E::HedgeRefused { .. } | E::LeaseExpired { .. } | E::Invalid { .. } => {
+                ApiError::new(Problem::MalformedBody, error.to_string())
+            }
+            E::UnsupportedUrl(_) | E::Database(_) | E::Migrate(_) | E::Corrupt(_) => {
+                ApiError::internal(error)
+            }
+        }
+    }
+}

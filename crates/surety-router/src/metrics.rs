@@ -1,0 +1,88 @@
+//! Prometheus metrics.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub jobs_created: IntCounter,
+    pub replays: IntCounter,
+    pub conflicts: IntCounter,
+    pub attempts: IntCounterVec,
+    pub lost_races: IntCounter,
+    pub late_results_discarded: IntCounter,
+    pub unknown_attempts_open: IntGauge,
+    pub provider_latency: HistogramVec,
+    pub manifest_entries: IntGauge,
+    pub manifest_age_seconds: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let attempts = IntCounterVec::new(
+            Opts::new("surety_attempts_total", "Attempts by provider and outcome"),
+            &["provider", "outcome"],
+        )?;
+        registry.register(Box::new(attempts.clone()))?;
+        let provider_latency = HistogramVec::new(
+            HistogramOpts::new("surety_provider_latency_seconds", "Provider call latency")
+                .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+            &["provider"],
+        )?;
+        registry.register(Box::new(provider_latency.clone()))?;
+        Ok(Metrics {
+            jobs_created: counter("surety_jobs_created_total", "Jobs created")?,
+            replays: counter(
+                "surety_job_replays_total",
+                "Requests answered with an existing job",
+            )?,
+            conflicts: counter(
+                "surety_idempotency_conflicts_total",
+                "Same key, different intent",
+            )?,
+            attempts,
+            lost_races: counter(
+                "surety_lost_races_total",
+                "Attempts whose result lost the compare-and-swap",
+            )?,
+            late_results_discarded: counter(
+                "surety_late_results_discarded_total",
+                "Results that arrived after the job was settled",
+            )?,
+            unknown_attempts_open: gauge(
+                "surety_unknown_attempts_open",
+                "Attempts marked unknown by this router and not yet resolved",
+            )?,
+            provider_latency,
+            manifest_entries: gauge(
+                "surety_manifest_entries",
+                "Entries of the manifest in force",
+            )?,
+            manifest_age_seconds: gauge(
+                "surety_manifest_age_seconds",
+                "Age of the manifest in force",
+            )?,
+            registry,
+        })
+    }
+
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
+        String::from_utf8(buffer).unwrap_or_default()
+    }
+}
