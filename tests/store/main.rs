@@ -9,32 +9,7 @@
 mod model;
 mod scenarios;
 
-/// Runs each scenario of `scenarios` on both engines.
-macro_rules! store_suite {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let db = surety_tests::TestDb::new(surety_tests::Engine::Sqlite).await.unwrap();
-                    crate::scenarios::$name(&db).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    if let Some(db) = surety_tests::TestDb::new(surety_tests::Engine::Postgres).await {
-                        crate::scenarios::$name(&db).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-store_suite!(
+surety_tests::both_engines!(scenarios:
     double_click_makes_one_job_and_one_attempt,
     same_key_different_input_conflicts,
     concurrent_conflicts_are_found_on_the_unique_violation_path,

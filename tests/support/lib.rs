@@ -175,3 +175,63 @@ impl Drop for TestDb {
         }
     }
 }
+
+/// Runs each named `async fn(&TestDb)` of module `$scenarios` once per
+/// engine, each on a database of its own: `mod sqlite { ... }` and
+/// `mod postgres { ... }` of `#[tokio::test]`s.
+// `crate::` is meant: the scenarios live in the test binary that calls this.
+#[allow(clippy::crate_in_macro_def)]
+#[macro_export]
+macro_rules! both_engines {
+    ($scenarios:ident: $($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = $crate::TestDb::new($crate::Engine::Sqlite).await.unwrap();
+                    crate::$scenarios::$name(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some(db) = $crate::TestDb::new($crate::Engine::Postgres).await {
+                        crate::$scenarios::$name(&db).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// A manifest entry certifying `provider` for `contract` at `digest` until `expires_at`.
+pub fn certified_entry(
+    provider: &str,
+    contract: &str,
+    digest: &str,
+    expires_at: time::OffsetDateTime,
+) -> surety_manifest::Entry {
+    let now = time::OffsetDateTime::now_utc();
+    surety_manifest::Entry {
+        provider: provider.into(),
+        contract: contract.into(),
+        status: surety_manifest::Status::Certified,
+        contract_digest: digest.into(),
+        prompt_digest: "sha256:test".into(),
+        provider_fingerprint: "sha256:test".into(),
+        provider_config: serde_json::json!({}),
+        served_model: surety_manifest::ServedModel::default(),
+        tokenizer: "unverified".into(),
+        structured_mode: "json_schema".into(),
+        lint: Vec::new(),
+        counts: surety_manifest::Counts::default(),
+        failures: Vec::new(),
+        tokens: surety_manifest::Tokens::default(),
+        latency_ms: surety_manifest::Latency::default(),
+        generated_at: surety_manifest::now_rfc3339(now),
+        expires_at: surety_manifest::now_rfc3339(expires_at),
+        harness_version: "test".into(),
+    }
+}

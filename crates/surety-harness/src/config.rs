@@ -22,10 +22,10 @@ struct RawFile {
     #[serde(default)]
     routes: BTreeMap<String, RawRoute>,
     /// The router's own sections: not certification's business.
-    #[serde(default)]
-    server: Option<toml::Table>,
-    #[serde(default)]
-    api_keys: Option<Vec<toml::Table>>,
+    #[serde(default, rename = "server")]
+    _server: Option<toml::Table>,
+    #[serde(default, rename = "api_keys")]
+    _api_keys: Option<Vec<toml::Table>>,
 }
 
 /// Providers and routes, validated against each other.

@@ -51,6 +51,17 @@ pub struct Inner {
     pub settled: broadcast::Sender<JobId>,
 }
 
+/// Serves the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 impl AppState {
     /// Builds the state from a validated configuration: opens the store,
     /// loads the contracts, builds the providers (keys from the

@@ -1,0 +1,209 @@
+//! A router on 127.0.0.1:0 over a test database, with fake providers.
+
+use std::path::{Path, PathBuf};
+
+use futures_util::FutureExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use surety_contracts::Contract;
+use surety_fake_provider::{Behavior, FakeProvider, Script, When};
+use surety_manifest::{Entry, Manifest};
+use surety_router::{AppState, RouterConfig};
+use surety_tests::TestDb;
+use time::OffsetDateTime;
+
+pub const ACME: &str = "key-acme";
+pub const ACME_ADMIN: &str = "key-acme-admin";
+pub const GLOBEX: &str = "key-globex";
+
+pub fn contracts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts")
+}
+
+pub fn contract(id: &str) -> Contract {
+    Contract::load(&contracts_dir().join(id)).unwrap()
+}
+
+/// A fake that answers every language-detect case right.
+pub fn language_script() -> Script {
+    let answers: Value = serde_json::from_str(include_str!("../data/fake-answers.json")).unwrap();
+    let contract = contract("language-detect");
+    let mut script = Script::always(Behavior::Reply(json!({"language": "english"}).to_string()));
+    for case in &contract.cases {
+        let text = case.input["text"].as_str().unwrap().to_owned();
+        script = script.rule(
+            When::PromptContains(text),
+            Behavior::Reply(answers["language-detect"][&case.name].to_string()),
+        );
+    }
+    script
+}
+
+/// A manifest certifying each `(provider, contract)` at the contract's digest for a day.
+pub fn manifest(pairs: &[(&str, &str)]) -> Manifest {
+    let now = OffsetDateTime::now_utc();
+    let entries: Vec<Entry> = pairs
+        .iter()
+        .map(|(p, c)| {
+            surety_tests::certified_entry(p, c, &contract(c).digest, now + time::Duration::days(1))
+        })
+        .collect();
+    let mut manifest = Manifest::new(now);
+    manifest.entries = entries;
+    manifest
+}
+
+pub struct Router {
+    pub base: String,
+    pub state: AppState,
+    pub client: reqwest::Client,
+    pub dir: tempfile::TempDir,
+    server: tokio::task::JoinHandle<()>,
+    background: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.server.abort();
+        self.background.abort();
+    }
+}
+
+fn hash(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+impl Router {
+    /// `providers` are `(id, fake)`; `routes` is TOML for `[routes.*]`.
+    pub async fn start(
+        db: &TestDb,
+        providers: &[(&str, &FakeProvider)],
+        routes: &str,
+        manifest: &Manifest,
+        server: &str,
+    ) -> Router {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest_path = dir.path().join("manifest.json");
+        manifest.write(&manifest_path).unwrap();
+        let mut toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
+             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
+             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\nadmin = true\n\
+             [[api_keys]]\nowner = \"globex\"\nsha256 = \"{}\"\n",
+            db.url,
+            manifest_path.display(),
+            contracts_dir().display(),
+            hash(ACME),
+            hash(ACME_ADMIN),
+            hash(GLOBEX)
+        );
+        for (id, fake) in providers {
+            toml.push_str(&format!(
+                "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\n",
+                fake.openai_base_url()
+            ));
+        }
+        toml.push_str(routes);
+        let config = RouterConfig::from_toml(&toml).unwrap();
+        let state = AppState::from_config(&config).await.unwrap();
+        let background = state.spawn_background();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(
+            surety_router::serve(listener, state.clone(), std::future::pending()).map(|_| ()),
+        );
+        Router {
+            base,
+            state,
+            client: reqwest::Client::new(),
+            dir,
+            server,
+            background,
+        }
+    }
+
+    pub fn manifest_path(&self) -> PathBuf {
+        self.dir.path().join("manifest.json")
+    }
+
+    /// `POST /v1/jobs` as `api_key`, with an optional `Prefer: wait`.
+    pub async fn create(
+        &self,
+        api_key: &str,
+        idempotency_key: &str,
+        body: &Value,
+        wait: Option<u64>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/jobs", self.base))
+            .bearer_auth(api_key)
+            .header("Idempotency-Key", idempotency_key)
+            .json(body);
+        if let Some(seconds) = wait {
+            request = request.header("Prefer", format!("wait={seconds}"));
+        }
+        let response = request.send().await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        (
+            status,
+            headers,
+            response.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    pub async fn get(&self, api_key: &str, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(api_key)
+            .send()
+            .await
+            .unwrap();
+        (
+            response.status(),
+            response.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    pub async fn post(
+        &self,
+        api_key: &str,
+        path: &str,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(api_key)
+            .send()
+            .await
+            .unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        (
+            status,
+            headers,
+            response.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+pub fn detect(text: &str) -> Value {
+    json!({"route": "language", "input": {"text": text}})
+}

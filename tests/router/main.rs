@@ -1,0 +1,19 @@
+//! The router end to end over HTTP, against fake providers, on SQLite and
+//! on PostgreSQL.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+mod scenarios;
+
+surety_tests::both_engines!(scenarios:
+    double_click_gets_one_job_and_one_provider_call,
+    same_key_different_input_is_a_conflict,
+    timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel,
+    reverse_order_the_hedge_wins_and_the_late_primary_is_discarded,
+    failover_skips_uncertified_stale_and_expired_providers,
+    a_broken_manifest_is_refused_and_routing_continues,
+    owners_and_keys,
+    bad_requests_get_problem_details,
+);

@@ -1,0 +1,527 @@
+//! The router's scenarios, engine-neutral.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
+use surety_tests::TestDb;
+
+use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect, language_script, manifest};
+
+const LANGUAGE: &str =
+    "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n";
+const WAIT: Duration = Duration::from_secs(20);
+
+pub async fn double_click_gets_one_job_and_one_provider_call(db: &TestDb) {
+    let fake = FakeProvider::start(language_script().rule_with_latency(
+        When::Always,
+        Behavior::Reply(json!({"language": "french"}).to_string()),
+        Latency::FixedMs(200),
+    ))
+    .await
+    .unwrap();
+    let other = FakeProvider::start(language_script()).await.unwrap();
+    let router = std::sync::Arc::new(
+        Router::start(
+            db,
+            &[("fake-a", &fake), ("fake-b", &other)],
+            LANGUAGE,
+            &manifest(&[("fake-a", "language-detect"), ("fake-b", "language-detect")]),
+            "",
+        )
+        .await,
+    );
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
+    let mut clicks = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let (router, barrier) = (router.clone(), barrier.clone());
+        clicks.spawn(async move {
+            barrier.wait().await;
+            router
+                .create(
+                    ACME,
+                    "checkout-7",
+                    &detect("Bonjour, je n'arrive pas à télécharger ma facture en PDF."),
+                    None,
+                )
+                .await
+        });
+    }
+    let answers = clicks.join_all().await;
+    let ids: std::collections::BTreeSet<String> = answers
+        .iter()
+        .map(|(_, _, body)| body["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "one job id in every answer");
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|(s, _, _)| *s == StatusCode::CREATED)
+            .count(),
+        1
+    );
+    for (status, headers, _) in answers.iter().filter(|(s, _, _)| *s != StatusCode::CREATED) {
+        assert_eq!(*status, StatusCode::OK);
+        assert_eq!(headers["idempotent-replayed"], "true");
+    }
+    let (status, _, job) = router
+        .create(
+            ACME,
+            "checkout-7",
+            &detect("Bonjour, je n'arrive pas à télécharger ma facture en PDF."),
+            Some(10),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["result"], json!({"language": "french"}));
+    assert_eq!(fake.calls() + other.calls(), 1, "the provider saw one call");
+    assert_eq!(router.metric("surety_jobs_created_total").await, 1.0);
+    assert_eq!(router.metric("surety_job_replays_total").await, 50.0);
+}
+
+pub async fn same_key_different_input_is_a_conflict(db: &TestDb) {
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = Router::start(
+        db,
+        &[("fake-a", &fake), ("fake-b", &fake)],
+        LANGUAGE,
+        &manifest(&[("fake-a", "language-detect")]),
+        "",
+    )
+    .await;
+    let (status, _, first) = router
+        .create(ACME, "k-1", &detect("Guten Tag"), Some(10))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let response = router
+        .client
+        .post(format!("{}/v1/jobs", router.base))
+        .bearer_auth(ACME)
+        .header("Idempotency-Key", "k-1")
+        .json(&detect("Hola"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(
+        problem["type"],
+        "https://surety.dev/problems/idempotency-conflict"
+    );
+    assert_eq!(problem["status"], 409);
+    let (_, job) = router
+        .get(ACME, &format!("/v1/jobs/{}", first["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(job, first, "the job is unchanged");
+    assert_eq!(fake.calls(), 1);
+}
+
+pub async fn timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel(db: &TestDb) {
+    let slow = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
+    let router = Router::start(
+        db,
+        &[("fake-a", &slow)],
+        route,
+        &manifest(&[("fake-a", "language-detect")]),
+        "attempt_timeout_ms = 300",
+    )
+    .await;
+    let (status, _, job) = router
+        .create(ACME, "t-1", &detect("Hello there"), Some(10))
+        .await;
+    assert_eq!(status, StatusCode::OK.max(status), "{job}");
+    assert_eq!(
+        job["state"], "unknown",
+        "a timeout is unknown, not failed: {job}"
+    );
+    assert_eq!(job["attempts"][0]["state"], "unknown");
+    let id = job["id"].as_str().unwrap().to_owned();
+
+    let (status, _, problem) = router.post(ACME, &format!("/v1/jobs/{id}/retry")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(problem["type"], "https://surety.dev/problems/attempt-open");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("still unknown"),
+        "{problem}"
+    );
+    assert_eq!(
+        slow.calls(),
+        1,
+        "no second call while the first may still be running"
+    );
+
+    let (status, _, _) = router
+        .post(ACME, &format!("/v1/jobs/{id}/attempts/1/cancel"))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "cancelling takes an admin key"
+    );
+    let (status, _, cancelled) = router
+        .post(ACME_ADMIN, &format!("/v1/jobs/{id}/attempts/1/cancel"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(cancelled["attempts"][0]["state"], "cancelled");
+
+    slow.set_script(language_script());
+    let mut settled = router.state.inner.settled.subscribe();
+    let (status, _, retried) = router.post(ACME, &format!("/v1/jobs/{id}/retry")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{retried}");
+    tokio::time::timeout(WAIT, async {
+        while settled.recv().await.unwrap().0 != id {}
+    })
+    .await
+    .unwrap();
+    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["result"], json!({"language": "english"}));
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 2);
+}
+
+pub async fn reverse_order_the_hedge_wins_and_the_late_primary_is_discarded(db: &TestDb) {
+    let primary = FakeProvider::start(
+        Script::always(Behavior::Reply(json!({"language": "dutch"}).to_string()))
+            .rule_with_latency(
+                When::Always,
+                Behavior::Reply(json!({"language": "dutch"}).to_string()),
+                Latency::FixedMs(1500),
+            ),
+    )
+    .await
+    .unwrap();
+    let fallback = FakeProvider::start(language_script()).await.unwrap();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\nhedge_after_ms = 100\n";
+    let pairs = [("fake-a", "language-detect"), ("fake-b", "language-detect")];
+    let router = Router::start(
+        db,
+        &[("fake-a", &primary), ("fake-b", &fallback)],
+        route,
+        &manifest(&pairs),
+        "",
+    )
+    .await;
+    let mut settled = router.state.inner.settled.subscribe();
+    let (_, _, job) = router
+        .create(
+            ACME,
+            "h-1",
+            &detect("Goedemiddag, ik wil graag mijn abonnement opzeggen per volgende maand."),
+            Some(10),
+        )
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["result"], json!({"language": "dutch"}));
+    assert_eq!(
+        job["completed_by"], 2,
+        "the hedge (attempt 2) finished first and won: {job}"
+    );
+    let id = job["id"].as_str().unwrap().to_owned();
+    // The dispatcher settles once both attempts have ended: the primary's answer came late.
+    tokio::time::timeout(WAIT, async {
+        while settled.recv().await.unwrap().0 != id {}
+    })
+    .await
+    .unwrap();
+    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(job["completed_by"], 2);
+    assert_eq!(job["attempts"][0]["state"], "lost", "{job}");
+    assert_eq!(router.metric("surety_lost_races_total").await, 1.0);
+    assert_eq!(
+        router.metric("surety_late_results_discarded_total").await,
+        1.0
+    );
+    assert_eq!((primary.calls(), fallback.calls()), (1, 1));
+}
+
+pub async fn failover_skips_uncertified_stale_and_expired_providers(db: &TestDb) {
+    let fakes = [
+        FakeProvider::start(language_script()).await.unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+        FakeProvider::start(Script::always(Behavior::Status {
+            status: 400,
+            body: json!({"error": {"message": "bad"}}),
+            retry_after: None,
+        }))
+        .await
+        .unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+    ];
+    let ids = ["uncertified", "stale", "expired", "rejects", "good"];
+    let providers: Vec<(&str, &FakeProvider)> = ids.iter().copied().zip(fakes.iter()).collect();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"uncertified\", \"stale\", \"expired\", \"rejects\", \"good\"]\n";
+    let mut m = manifest(&[
+        ("stale", "language-detect"),
+        ("expired", "language-detect"),
+        ("rejects", "language-detect"),
+        ("good", "language-detect"),
+    ]);
+    m.entries[1].expires_at =
+        surety_manifest::now_rfc3339(time::OffsetDateTime::now_utc() - time::Duration::hours(1));
+    m.entries
+        .iter_mut()
+        .find(|e| e.provider == "stale")
+        .unwrap()
+        .contract_digest = "sha256:an-older-contract".into();
+    let router = Router::start(db, &providers, route, &m, "").await;
+    let (_, _, job) = router
+        .create(
+            ACME,
+            "f-1",
+            &detect("Olá, a minha fatura está com o valor errado, podem verificar?"),
+            Some(10),
+        )
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["result"], json!({"language": "portuguese"}));
+    let providers_tried: Vec<&str> = job["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["provider"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        providers_tried,
+        ["rejects", "good"],
+        "a definite failure moves on; ineligible providers are never tried"
+    );
+    assert_eq!(
+        fakes.iter().map(FakeProvider::calls).collect::<Vec<_>>(),
+        [0, 0, 0, 1, 1]
+    );
+    let (_, listing) = router.get(ACME, "/v1/providers").await;
+    let text = listing.to_string();
+    assert!(
+        text.contains("Stale") && text.contains("Expired") && text.contains("Missing"),
+        "{text}"
+    );
+}
+
+pub async fn a_broken_manifest_is_refused_and_routing_continues(db: &TestDb) {
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
+    let router = Router::start(
+        db,
+        &[("fake-a", &fake)],
+        route,
+        &manifest(&[("fake-a", "language-detect")]),
+        "",
+    )
+    .await;
+    let mut reloads = router.state.inner.manifest.subscribe();
+    let seen = *reloads.borrow_and_update();
+    std::fs::write(
+        router.manifest_path(),
+        "{\"format\": \"surety-manifest/1\", \"entries\": [",
+    )
+    .unwrap();
+    tokio::time::timeout(WAIT, reloads.wait_for(|n| *n > seen))
+        .await
+        .unwrap()
+        .unwrap();
+    let (status, ready) = router.get(ACME, "/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        ready["last_reload_refused"]
+            .as_str()
+            .unwrap()
+            .contains("does not parse"),
+        "{ready}"
+    );
+    let (status, _, job) = router
+        .create(
+            ACME,
+            "m-1",
+            &detect("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung."),
+            Some(10),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "routing continues on the last good manifest: {job}"
+    );
+    assert_eq!(job["result"], json!({"language": "german"}));
+
+    // A manifest signed by another key is refused at start: nothing can be routed, and /readyz says why.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[1u8; 32]);
+    let other = ed25519_dalek::SigningKey::from_bytes(&[2u8; 32]);
+    let key_path = router.dir.path().join("verify.pub");
+    std::fs::write(&key_path, hex::encode(key.verifying_key().as_bytes())).unwrap();
+    let mut signed = manifest(&[("fake-a", "language-detect")]);
+    signed.sign(&other);
+    let db2 = TestDb::new(db.engine).await.unwrap();
+    let strict = Router::start(
+        &db2,
+        &[("fake-a", &fake)],
+        route,
+        &signed,
+        &format!("verifying_key = \"{}\"", key_path.display()),
+    )
+    .await;
+    let (status, ready) = strict.get(ACME, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        ready["last_reload_refused"]
+            .as_str()
+            .unwrap()
+            .contains("not by the configured key"),
+        "{ready}"
+    );
+    let (status, _, problem) = strict.create(ACME, "m-2", &detect("Hola"), None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{problem}");
+    assert_eq!(
+        problem["type"],
+        "https://surety.dev/problems/no-certified-provider"
+    );
+}
+
+pub async fn owners_and_keys(db: &TestDb) {
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
+    let router = Router::start(
+        db,
+        &[("fake-a", &fake)],
+        route,
+        &manifest(&[("fake-a", "language-detect")]),
+        "",
+    )
+    .await;
+    let (_, _, mine) = router
+        .create(ACME, "shared", &detect("Buongiorno"), Some(10))
+        .await;
+    let id = mine["id"].as_str().unwrap();
+    // Another owner with the same key gets a job of its own, never the first one.
+    let (status, headers, theirs) = router
+        .create(GLOBEX, "shared", &detect("Buongiorno"), Some(10))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(headers.get("idempotent-replayed").is_none());
+    assert_ne!(theirs["id"], mine["id"]);
+    let (status, problem) = router.get(GLOBEX, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (
+            StatusCode::NOT_FOUND,
+            Some("https://surety.dev/problems/not-found")
+        )
+    );
+    let (status, _) = router.get(GLOBEX, &format!("/v1/jobs/{id}/attempts")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Missing and wrong keys.
+    let response = router
+        .client
+        .get(format!("{}/v1/jobs/{id}", router.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    let (status, _) = router.get("key-nobody", &format!("/v1/jobs/{id}")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = router
+        .post(ACME, &format!("/v1/jobs/{id}/attempts/1/cancel"))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(fake.calls(), 2);
+}
+
+pub async fn bad_requests_get_problem_details(db: &TestDb) {
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
+    let router = Router::start(
+        db,
+        &[("fake-a", &fake)],
+        route,
+        &manifest(&[("fake-a", "language-detect")]),
+        "max_body_bytes = 2048",
+    )
+    .await;
+    let post = |key: Option<&str>, body: String| {
+        let mut request = router
+            .client
+            .post(format!("{}/v1/jobs", router.base))
+            .bearer_auth(ACME)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send()
+    };
+    let cases = [
+        (
+            None,
+            detect("x").to_string(),
+            400,
+            "missing-idempotency-key",
+        ),
+        (
+            Some(""),
+            detect("x").to_string(),
+            400,
+            "invalid-idempotency-key",
+        ),
+        (
+            Some(&*"k".repeat(256)),
+            detect("x").to_string(),
+            400,
+            "invalid-idempotency-key",
+        ),
+        (Some("k"), "{\"route\": ".to_owned(), 400, "malformed-body"),
+        (
+            Some("k"),
+            json!({"route": "language", "input": {}}).to_string(),
+            400,
+            "malformed-body",
+        ),
+        (
+            Some("k"),
+            json!({"route": "nope", "input": {"text": "x"}}).to_string(),
+            422,
+            "unknown-route",
+        ),
+        (
+            Some("k"),
+            detect(&"x".repeat(4096)).to_string(),
+            413,
+            "payload-too-large",
+        ),
+    ];
+    for (key, body, status, kind) in cases {
+        let response = post(key, body.clone()).await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{body:.80}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        let problem: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(
+            problem["type"],
+            format!("https://surety.dev/problems/{kind}"),
+            "{problem}"
+        );
+    }
+    assert_eq!(fake.calls(), 0, "nothing bad reached a provider");
+    assert_eq!(
+        router.metric("surety_jobs_created_total").await,
+        0.0,
+        "no bad request created a job"
+    );
+    let (status, doc) = router.get(ACME, "/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["paths"]["/v1/jobs"]["post"].is_object());
+}
