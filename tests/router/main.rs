@@ -6,6 +6,7 @@
 
 mod harness;
 mod scenarios;
+mod sdk;
 
 surety_tests::both_engines!(scenarios:
     double_click_gets_one_job_and_one_provider_call,
@@ -17,3 +18,7 @@ surety_tests::both_engines!(scenarios:
     owners_and_keys,
     bad_requests_get_problem_details,
 );
+
+mod openai_sdk {
+    surety_tests::both_engines!(sdk: the_official_openai_sdk_gets_its_answer_once);
+}

@@ -223,3 +223,42 @@ pub fn serve(paths: &Paths) -> Result<()> {
     let status = server.child.wait().context("waiting for the server")?;
     bail!("llama_cpp.server exited ({status})")
 }
+
+/// The official OpenAI Python SDK, pinned, in a virtualenv of its own in
+/// the cache: the router's OpenAI-compatible facade is tested with it.
+pub const OPENAI_SDK: &str = "openai==3.51.0";
+
+/// Installs the SDK if needed and returns its Python.
+pub fn openai_sdk() -> Result<PathBuf> {
+    let paths = Paths::new()?;
+    let home = paths.home.with_file_name("openai-sdk");
+    let python = home.join("venv/bin/python");
+    let marker = home.join("installed");
+    if std::fs::read_to_string(&marker).unwrap_or_default().trim() == OPENAI_SDK && python.is_file()
+    {
+        return Ok(python);
+    }
+    std::fs::create_dir_all(&home)?;
+    if !python.is_file() {
+        run(
+            Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(home.join("venv")),
+            "creating the SDK's virtualenv",
+        )?;
+    }
+    run(
+        Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-input",
+            OPENAI_SDK,
+        ]),
+        "installing the OpenAI Python SDK",
+    )?;
+    std::fs::write(&marker, format!("{OPENAI_SDK}\n"))?;
+    Ok(python)
+}

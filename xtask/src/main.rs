@@ -99,10 +99,13 @@ fn test(root: &Path) -> Result<()> {
             None
         }
     };
-    let env: Vec<(&str, &str)> = server
+    let sdk = local_provider::openai_sdk()?;
+    let sdk = sdk.to_string_lossy();
+    let mut env: Vec<(&str, &str)> = server
         .iter()
         .map(|s| ("SURETY_LOCAL_PROVIDER_URL", s.base_url.as_str()))
         .collect();
+    env.push(("SURETY_OPENAI_SDK_PYTHON", &sdk));
     let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"], &env)?;
     drop(server);
     println!("cargo xtask test: {passed} passed, {failed} failed");

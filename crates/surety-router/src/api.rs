@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use surety_core::IdempotencyKey;
+use surety_core::{Fingerprint, IdempotencyKey, JobState};
 use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
 
 use crate::AppState;
@@ -31,6 +31,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/jobs/{id}/attempts", get(get_attempts))
         .route("/v1/jobs/{id}/retry", post(retry))
         .route("/v1/jobs/{id}/attempts/{n}/cancel", post(cancel))
+        .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/providers", get(providers))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -174,6 +175,7 @@ async fn create_job(
                     route,
                     input: request.input,
                     first: None,
+                    as_sent: false,
                     providers: eligible,
                 },
             );
@@ -348,6 +350,7 @@ async fn retry(
             route,
             input: job.input.clone(),
             first: Some(handle),
+            as_sent: is_chat_job(&job),
             providers: eligible,
         },
     );
@@ -356,6 +359,151 @@ async fn retry(
         Json(job_view(&state, &owner, &job.id).await?),
     )
         .into_response())
+}
+
+/// `POST /v1/chat/completions`: OpenAI's chat completions, so existing
+/// clients work unchanged. `model` names the route; the messages go to the
+/// provider as sent; the answer is checked against the route's contract.
+/// It takes an `Idempotency-Key` too, and the intent is the whole body: the
+/// same key and body answer the same completion, without a second call.
+async fn chat_completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let key = authenticate(&state, &headers)?;
+    let idempotency = idempotency_key(&headers)?;
+    let body: Value = serde_json::from_slice(&body_bytes(body)?)
+        .map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
+    let model = body["model"]
+        .as_str()
+        .ok_or_else(|| ApiError::new(Problem::MalformedBody, "`model` must name a route"))?;
+    let route = state
+        .inner
+        .routes
+        .get(model)
+        .cloned()
+        .ok_or_else(|| ApiError::new(Problem::UnknownRoute, format!("no route `{model}`")))?;
+    let contract = state
+        .inner
+        .contracts
+        .get(&route.contract)
+        .ok_or_else(|| ApiError::internal("a route names a missing contract"))?;
+    dispatch::check_as_sent(&body, contract)
+        .map_err(|e| ApiError::new(Problem::MalformedBody, e))?;
+    let (eligible, why_not) = dispatch::eligible(&state, &route, contract);
+    if eligible.is_empty() {
+        return Err(ApiError::new(
+            Problem::NoCertifiedProvider,
+            why_not.join("; "),
+        ));
+    }
+    let owner = OwnerId(key.owner);
+    let fingerprint =
+        Fingerprint::of(&body).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
+    let new = NewJob {
+        owner: owner.clone(),
+        key: idempotency,
+        route: route.id.clone(),
+        contract: contract.id.clone(),
+        contract_digest: contract.digest.clone(),
+        input: body.clone(),
+        hedgeable: contract.hedgeable(),
+        fingerprint: Some(fingerprint),
+    };
+    let (job, replayed) = match state.inner.store.create_or_replay(&new).await? {
+        Created::New(job) => {
+            state.inner.metrics.jobs_created.inc();
+            let drive = Drive {
+                owner: owner.clone(),
+                job_id: job.id.clone(),
+                route,
+                input: body,
+                first: None,
+                providers: eligible,
+                as_sent: true,
+            };
+            dispatch::spawn(state.clone(), drive);
+            (job, false)
+        }
+        Created::Replayed(job) => {
+            state.inner.metrics.replays.inc();
+            (job, true)
+        }
+        Created::Conflict => {
+            state.inner.metrics.conflicts.inc();
+            return Err(ApiError::new(
+                Problem::IdempotencyConflict,
+                "this Idempotency-Key already names a different request",
+            ));
+        }
+    };
+    wait_settled(
+        &state,
+        &owner,
+        &job.id,
+        state.inner.attempt_timeout + Duration::from_secs(5),
+    )
+    .await?;
+    let job = state.inner.store.job(&owner, &job.id).await?;
+    let openai_error = |status: StatusCode, kind: &str, message: String| {
+        (
+            status,
+            Json(json!({"error": {"message": message, "type": kind, "param": null, "code": kind}})),
+        )
+            .into_response()
+    };
+    let mut response = match (job.state, &job.result) {
+        (JobState::Succeeded, Some(result)) => Json(json!({
+            "id": format!("chatcmpl-{}", job.id),
+            "object": "chat.completion",
+            "created": job.created_at_ms / 1000,
+            "model": job.route,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": result.to_string(), "refusal": null},
+                "logprobs": null,
+                "finish_reason": "stop",
+            }],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }))
+        .into_response(),
+        (JobState::Failed, _) => {
+            let attempts = state.inner.store.attempts(&owner, &job.id).await?;
+            let last = attempts
+                .last()
+                .and_then(|a| a.error.clone())
+                .unwrap_or_default();
+            openai_error(
+                StatusCode::BAD_GATEWAY,
+                "provider_error",
+                format!("every certified provider failed; the last said: {last}"),
+            )
+        }
+        (state_now, _) => openai_error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "job_not_settled",
+            format!(
+                "job {} is {state_now}; ask again with the same Idempotency-Key, or GET /v1/jobs/{}",
+                job.id, job.id
+            ),
+        ),
+    };
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Ok(value) = HeaderValue::from_str(&job.id.0) {
+        response.headers_mut().insert("surety-job-id", value);
+    }
+    Ok(response)
+}
+
+/// A job made by `/v1/chat/completions` holds the whole request as its input.
+fn is_chat_job(job: &Job) -> bool {
+    job.input.get("messages").is_some()
+        && job.input.get("model").and_then(Value::as_str) == Some(job.route.as_str())
 }
 
 async fn cancel(

@@ -59,6 +59,9 @@ pub struct Drive {
     pub input: Value,
     /// An attempt already started (by a retry), at `providers[0]`.
     pub first: Option<AttemptHandle>,
+    /// The input is an OpenAI chat request whose messages go to the
+    /// provider as sent, instead of the contract's rendered prompt.
+    pub as_sent: bool,
     pub providers: Vec<String>,
 }
 
@@ -74,14 +77,23 @@ async fn run(state: &AppState, drive: Drive) {
     let Some(contract) = state.inner.contracts.get(&drive.route.contract).cloned() else {
         return;
     };
-    let request = match contract.render(&drive.input) {
-        Ok(rendered) => ChatRequest {
-            messages: vec![
-                Message::system(rendered.system),
-                Message::user(rendered.user),
-            ],
+    let rendered = match drive.as_sent {
+        true => as_sent(&drive.input, &contract),
+        false => contract
+            .render(&drive.input)
+            .map(|r| {
+                (
+                    vec![Message::system(r.system), Message::user(r.user)],
+                    contract.limits.max_output_tokens,
+                )
+            })
+            .map_err(|e| e.to_string()),
+    };
+    let request = match rendered {
+        Ok((messages, max_tokens)) => ChatRequest {
+            messages,
             temperature: contract.sampling.temperature,
-            max_tokens: contract.limits.max_output_tokens,
+            max_tokens,
             seed: None,
             output: OutputFormat::Json {
                 name: contract.output_name.clone(),
@@ -146,6 +158,47 @@ async fn run(state: &AppState, drive: Drive) {
             End::Failed => i += 1,
         }
     }
+}
+
+/// The messages and token budget of an OpenAI chat request, as sent.
+fn as_sent(body: &Value, contract: &Contract) -> Result<(Vec<Message>, u32), String> {
+    let messages = body["messages"]
+        .as_array()
+        .ok_or("`messages` must be a list")?;
+    let mut out = Vec::new();
+    for m in messages {
+        let role = match m["role"].as_str() {
+            Some("system" | "developer") => surety_providers::Role::System,
+            Some("user") => surety_providers::Role::User,
+            Some("assistant") => surety_providers::Role::Assistant,
+            other => return Err(format!("unsupported message role {other:?}")),
+        };
+        let content = match &m["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join(""),
+            _ => return Err("a message without text content".to_owned()),
+        };
+        out.push(Message { role, content });
+    }
+    if out.is_empty() {
+        return Err("`messages` is empty".to_owned());
+    }
+    let asked = body["max_completion_tokens"]
+        .as_u64()
+        .or_else(|| body["max_tokens"].as_u64());
+    let max_tokens = asked.map_or(contract.limits.max_output_tokens, |n| {
+        u32::try_from(n).unwrap_or(u32::MAX)
+    });
+    Ok((out, max_tokens))
+}
+
+/// Checks a chat request before a job is made of it.
+pub fn check_as_sent(body: &Value, contract: &Contract) -> Result<(), String> {
+    as_sent(body, contract).map(|_| ())
 }
 
 async fn start(
