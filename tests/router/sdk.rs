@@ -32,7 +32,9 @@ print(json.dumps({
 pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     let python = match std::env::var("SURETY_OPENAI_SDK_PYTHON") {
         Ok(python) => python,
-        Err(_) if std::env::var_os("CI").is_some() => panic!("SURETY_OPENAI_SDK_PYTHON is not set and CI is set: run through `cargo xtask test`"),
+        Err(_) if std::env::var_os("CI").is_some() => panic!(
+            "SURETY_OPENAI_SDK_PYTHON is not set and CI is set: run through `cargo xtask test`"
+        ),
         Err(_) => {
             eprintln!("SKIPPED: the OpenAI SDK is not installed (run through `cargo xtask test`)");
             return;
@@ -40,7 +42,14 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     };
     let fake = FakeProvider::start(language_script()).await.unwrap();
     let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
-    let router = Router::start(db, &[("fake-a", &fake)], route, &manifest(&[("fake-a", "language-detect")]), "").await;
+    let router = Router::start(
+        db,
+        &[("fake-a", &fake)],
+        route,
+        &manifest(&[("fake-a", "language-detect")]),
+        "",
+    )
+    .await;
     let output = tokio::process::Command::new(python)
         .args(["-c", CLIENT])
         .env("BASE_URL", &router.base)
@@ -48,11 +57,21 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
         .output()
         .await
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(seen["first_id"], seen["second_id"], "the same Idempotency-Key gets the same completion: {seen}");
+    assert_eq!(
+        seen["first_id"], seen["second_id"],
+        "the same Idempotency-Key gets the same completion: {seen}"
+    );
     assert!(seen["first_id"].as_str().unwrap().starts_with("chatcmpl-"));
-    assert_eq!(serde_json::from_str::<Value>(seen["content"].as_str().unwrap()).unwrap(), serde_json::json!({"language": "french"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(seen["content"].as_str().unwrap()).unwrap(),
+        serde_json::json!({"language": "french"})
+    );
     assert_eq!(seen["model"], "language");
     assert_eq!(seen["replayed"], "true");
     assert_eq!(fake.calls(), 1, "no second provider call");

@@ -71,6 +71,17 @@ impl AppState {
         let store = Store::open(&config.database)
             .await
             .context("opening the database")?;
+        // Attempts a dead router left behind become unknown before anything is served.
+        let reaped = store
+            .reap_expired()
+            .await
+            .context("reaping expired leases")?;
+        if !reaped.is_empty() {
+            tracing::warn!(
+                count = reaped.len(),
+                "attempts of a router that died are now unknown"
+            );
+        }
         let contracts: BTreeMap<String, Contract> = surety_contracts::load_all(&config.contracts)
             .with_context(|| format!("loading contracts from {}", config.contracts.display()))?
             .into_iter()
