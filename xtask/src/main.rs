@@ -4,6 +4,7 @@
 //!   suite, PostgreSQL included. The one test command of the README and CI.
 //! - `bench store`: the store benchmark (jobs per second against the raw
 //!   driver), figures to stdout and to `target/bench/store.json`.
+//! - `demo`: the whole of surety on one machine, printed.
 //! - `local-provider [install]`: a real model on a real third-party server.
 //! - `openapi-extract`: copies the chat-completions schemas out of OpenAI's
 //!   OpenAPI document into the tests' data, recording the source commit.
@@ -27,6 +28,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test           cargo fmt --check, cargo clippy -D warnings, and every test (PostgreSQL included)
   bench store    the store benchmark: jobs/s through the store beside the raw driver
+  demo           from a fresh clone: the local model and fake providers, certified, behind the
+                 router on SQLite; a double-click, a mismatched retry and a failover, printed
   certify <provider>|--all [--accept] [--signing-key FILE] [--manifest FILE] ...
                  run every contract the provider is routed for through it (see surety.toml),
                  write certification/manifest.json and reports under target/certify/;
@@ -52,6 +55,7 @@ fn main() -> Result<()> {
         ["local-provider"] => local_provider::serve(&local_provider::Paths::new()?),
         ["local-provider", "install"] => local_provider::install(&local_provider::Paths::new()?),
         ["certify", rest @ ..] => certify(&root, rest),
+        ["demo"] => demo(&root),
         ["manifest", "verify", rest @ ..] => exit_with(harness(&root, "verify", rest, &[])?),
         ["manifest", "keygen", rest @ ..] => exit_with(harness(&root, "keygen", rest, &[])?),
         ["openapi-extract"] => openapi::extract(&root, &root.join("../shared/openai-openapi")),
@@ -111,6 +115,34 @@ fn test(root: &Path) -> Result<()> {
     println!("cargo xtask test: {passed} passed, {failed} failed");
     if passed == 0 {
         bail!("no test ran");
+    }
+    Ok(())
+}
+
+/// `cargo xtask demo`: the local model server, then the demo, which does
+/// the rest in one process (see `crates/surety-router/examples/demo.rs`).
+fn demo(root: &Path) -> Result<()> {
+    let paths = local_provider::Paths::new()?;
+    local_provider::install(&paths)?;
+    let server = local_provider::start(&paths)?;
+    let status = Command::new(cargo_bin())
+        .current_dir(root)
+        .args([
+            "run",
+            "--quiet",
+            "--locked",
+            "-p",
+            "surety-router",
+            "--example",
+            "demo",
+        ])
+        .env("SURETY_LOCAL_PROVIDER_URL", &server.base_url)
+        .env("RUST_LOG", "warn")
+        .status()
+        .context("could not run the demo")?;
+    drop(server);
+    if !status.success() {
+        bail!("the demo failed ({status})");
     }
     Ok(())
 }
