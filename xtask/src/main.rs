@@ -28,6 +28,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test           cargo fmt --check, cargo clippy -D warnings, and every test (PostgreSQL included)
   bench store    the store benchmark: jobs/s through the store beside the raw driver
+  bench router   the router benchmark: jobs/s and p50/p99 through `surety serve` beside the fake
+                 upstream alone, closed and open loop, SQLite and PostgreSQL, and router RSS
   demo           from a fresh clone: the local model and fake providers, certified, behind the
                  router on SQLite; a double-click, a mismatched retry and a failover, printed
   certify <provider>|--all [--accept] [--signing-key FILE] [--manifest FILE] ...
@@ -52,6 +54,7 @@ fn main() -> Result<()> {
     match args.as_slice() {
         ["test"] => test(&root),
         ["bench", "store"] => bench_store(&root),
+        ["bench", "router"] => bench_router(&root),
         ["local-provider"] => local_provider::serve(&local_provider::Paths::new()?),
         ["local-provider", "install"] => local_provider::install(&local_provider::Paths::new()?),
         ["certify", rest @ ..] => certify(&root, rest),
@@ -264,6 +267,43 @@ fn bench_store(root: &Path) -> Result<()> {
         .context("could not run cargo bench")?;
     if !status.success() {
         bail!("the store benchmark failed ({status})");
+    }
+    Ok(())
+}
+
+fn bench_router(root: &Path) -> Result<()> {
+    check_postgres()?;
+    cargo(
+        root,
+        &[
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "surety-router",
+            "--bin",
+            "surety",
+        ],
+    )?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let status = Command::new(cargo_bin())
+        .current_dir(root)
+        .args([
+            "bench",
+            "--locked",
+            "-p",
+            "surety-tests",
+            "--bench",
+            "router",
+        ])
+        .env("SURETY_BIN", target.join("release/surety"))
+        .env("SURETY_BENCH_OUT", target.join("bench/router.json"))
+        .status()
+        .context("could not run cargo bench")?;
+    if !status.success() {
+        bail!("the router benchmark failed ({status})");
     }
     Ok(())
 }

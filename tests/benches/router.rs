@@ -1,0 +1,297 @@
+//! `cargo xtask bench router`: load through `surety serve` (a separate
+//! process, built in release) against a fake upstream that answers at once,
+//! beside the same load sent straight to the fake, in the same run, on
+//! SQLite and on PostgreSQL. Closed loop at 1, 16 and 64 clients; open loop
+//! at fixed rates. Every job is durable before the provider call and the
+//! client waits for the answer (`Prefer: wait`). Figures go to stdout and,
+//! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use surety_fake_provider::{Behavior, FakeProvider, Script};
+use surety_tests::{Engine, TestDb};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const KEY: &str = "bench-key";
+const CLIENTS: [usize; 3] = [1, 16, 64];
+const RATES: [u64; 2] = [100, 500];
+
+fn secs() -> Duration {
+    Duration::from_secs_f64(
+        std::env::var("SURETY_BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3.0),
+    )
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run());
+}
+
+/// Latencies in microseconds, and how many requests completed in how long.
+struct Sample {
+    latencies: Vec<u64>,
+    elapsed: Duration,
+}
+
+impl Sample {
+    fn rate(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn pct(&self, q: f64) -> f64 {
+        let mut l = self.latencies.clone();
+        l.sort_unstable();
+        l.get(((l.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0) as f64
+            / 1000.0
+    }
+}
+
+async fn run() {
+    let bin = PathBuf::from(
+        std::env::var("SURETY_BIN").expect("SURETY_BIN: run through `cargo xtask bench router`"),
+    );
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(
+        json!({"language": "english"}).to_string(),
+    )))
+    .await
+    .unwrap();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .unwrap();
+    let mut cells = Vec::new();
+    println!(
+        "router benchmark: {:?} per cell; fake upstream answers at once; latencies in ms",
+        secs()
+    );
+    println!(
+        "{:<9} {:<14} {:>10} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10}",
+        "engine", "load", "router/s", "p50", "p99", "direct/s", "p50", "p99", "added p99"
+    );
+    for engine in [Engine::Sqlite, Engine::Postgres] {
+        let Some(db) = TestDb::new(engine).await else {
+            continue;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (mut router, base) = start_router(&bin, &repo, &db, &fake, dir.path()).await;
+        let name = if engine == Engine::Sqlite {
+            "sqlite"
+        } else {
+            "postgres"
+        };
+        let counter = Arc::new(AtomicU64::new(0));
+        let mut loads: Vec<(String, Load)> = CLIENTS
+            .iter()
+            .map(|c| (format!("closed {c}"), Load::Closed(*c)))
+            .collect();
+        loads.extend(
+            RATES
+                .iter()
+                .map(|r| (format!("open {r}/s"), Load::Open(*r))),
+        );
+        for (label, load) in loads {
+            let through = drive(&client, load, Target::Router(base.clone()), counter.clone()).await;
+            let direct = drive(
+                &client,
+                load,
+                Target::Direct(fake.openai_base_url()),
+                counter.clone(),
+            )
+            .await;
+            let added = through.pct(0.99) - direct.pct(0.99);
+            println!(
+                "{name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2}",
+                through.rate(),
+                through.pct(0.5),
+                through.pct(0.99),
+                direct.rate(),
+                direct.pct(0.5),
+                direct.pct(0.99),
+                added
+            );
+            cells.push(json!({
+                "engine": name, "load": label,
+                "router": {"per_s": through.rate(), "p50_ms": through.pct(0.5), "p99_ms": through.pct(0.99), "n": through.latencies.len()},
+                "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.latencies.len()},
+                "added_p99_ms": added,
+            }));
+        }
+        let rss = rss_kib(router.id().unwrap_or(0));
+        println!("{name:<9} router RSS after the run: {} MiB", rss / 1024);
+        cells.push(json!({"engine": name, "router_rss_kib": rss}));
+        router.kill().await.unwrap();
+    }
+    println!(
+        "targets: p99 added < 2 ms at 500 jobs/s; >= 3000 jobs/s on SQLite and >= 1000 on PostgreSQL (see the JSON)"
+    );
+    let out = std::env::var("SURETY_BENCH_OUT")
+        .unwrap_or_else(|_| "../target/bench/router.json".to_owned());
+    let out = Path::new(&out);
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    std::fs::write(out, serde_json::to_vec_pretty(&json!({"benchmark": "router", "seconds_per_cell": secs().as_secs_f64(), "cells": cells})).unwrap()).unwrap();
+    println!("wrote {}", out.display());
+}
+
+async fn start_router(
+    bin: &Path,
+    repo: &Path,
+    db: &TestDb,
+    fake: &FakeProvider,
+    dir: &Path,
+) -> (tokio::process::Child, String) {
+    let contract =
+        surety_contracts::Contract::load(&repo.join("contracts/language-detect")).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let mut manifest = surety_manifest::Manifest::new(now);
+    manifest.entries.push(surety_tests::certified_entry(
+        "fake",
+        "language-detect",
+        &contract.digest,
+        now + time::Duration::days(1),
+    ));
+    manifest.write(&dir.join("manifest.json")).unwrap();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n\
+         [[api_keys]]\nowner = \"bench\"\nsha256 = \"{}\"\n\
+         [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake\"\ncontext_window = 16000\n\
+         [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake\"]\n",
+        db.url,
+        dir.join("manifest.json").display(),
+        repo.join("contracts").display(),
+        hex::encode(Sha256::digest(KEY.as_bytes())),
+        fake.openai_base_url()
+    );
+    std::fs::write(dir.join("surety.toml"), config).unwrap();
+    let mut child = tokio::process::Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(dir.join("surety.toml"))
+        .env("RUST_LOG", "info,surety_store=warn,surety_router=warn")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut base = String::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if let Some(addr) = line.split("addr=").nth(1) {
+            base = format!("http://{}", addr.split_whitespace().next().unwrap());
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, base)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Load {
+    Closed(usize),
+    Open(u64),
+}
+
+#[derive(Debug, Clone)]
+enum Target {
+    Router(String),
+    Direct(String),
+}
+
+async fn one(client: &reqwest::Client, target: &Target, n: u64) -> u64 {
+    let started = Instant::now();
+    let response = match target {
+        Target::Router(base) => {
+            client
+                .post(format!("{base}/v1/jobs"))
+                .bearer_auth(KEY)
+                .header("Idempotency-Key", format!("bench-{n}"))
+                .header("Prefer", "wait=30")
+                .json(&json!({"route": "language", "input": {"text": "Hello there"}}))
+                .send()
+                .await
+        }
+        Target::Direct(base) => client
+            .post(format!("{base}/chat/completions"))
+            .json(
+                &json!({"model": "fake", "messages": [{"role": "user", "content": "Hello there"}]}),
+            )
+            .send()
+            .await,
+    };
+    let body: Value = response.unwrap().json().await.unwrap_or(Value::Null);
+    if let Target::Router(_) = target {
+        assert_eq!(body["state"], "succeeded", "{body}");
+    }
+    started.elapsed().as_micros() as u64
+}
+
+async fn drive(
+    client: &reqwest::Client,
+    load: Load,
+    target: Target,
+    counter: Arc<AtomicU64>,
+) -> Sample {
+    let duration = secs();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    match load {
+        Load::Closed(clients) => {
+            for _ in 0..clients {
+                let (client, target, counter) = (client.clone(), target.clone(), counter.clone());
+                tasks.spawn(async move {
+                    let mut latencies = Vec::new();
+                    while started.elapsed() < duration {
+                        latencies.push(
+                            one(&client, &target, counter.fetch_add(1, Ordering::Relaxed)).await,
+                        );
+                    }
+                    latencies
+                });
+            }
+        }
+        Load::Open(rate) => {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            while started.elapsed() < duration {
+                tick.tick().await;
+                let (client, target, n) = (
+                    client.clone(),
+                    target.clone(),
+                    counter.fetch_add(1, Ordering::Relaxed),
+                );
+                tasks.spawn(async move { vec![one(&client, &target, n).await] });
+            }
+        }
+    }
+    let latencies = tasks.join_all().await.into_iter().flatten().collect();
+    Sample {
+        latencies,
+        elapsed: started.elapsed(),
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
