@@ -115,26 +115,19 @@ impl AnthropicProvider {
     }
 
     fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
-        let mut headers = HeaderMap::new();
+        let idempotency = self
+            .config
+            .capabilities
+            .idempotency_header
+            .as_deref()
+            .map(|h| (h, call.idempotency_key.as_str()));
+        let mut headers =
+            self.http
+                .headers(HeaderName::from_static("x-api-key"), "", idempotency)?;
         headers.insert(
             "anthropic-version",
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
-        if let Some(key) = self.http.secret() {
-            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| {
-                ProviderError::not_sent(&self.config.id, "the API key is not a valid header value")
-            })?;
-            value.set_sensitive(true);
-            headers.insert("x-api-key", value);
-        }
-        if let Some(name) = &self.config.capabilities.idempotency_header {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                ProviderError::not_sent(&self.config.id, "bad idempotency header name")
-            })?;
-            let value = HeaderValue::from_str(&call.idempotency_key)
-                .map_err(|_| ProviderError::not_sent(&self.config.id, "bad idempotency key"))?;
-            headers.insert(name, value);
-        }
         Ok(headers)
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use crate::failure::{FailureKind, ProviderError, classify_status, classify_transport};
@@ -42,10 +42,6 @@ impl HttpClient {
             provider: provider.to_owned(),
             secret,
         })
-    }
-
-    pub(crate) fn secret(&self) -> Option<&Secret> {
-        self.secret.as_ref()
     }
 
     pub(crate) async fn post_json(
@@ -133,6 +129,39 @@ impl HttpClient {
             Some(secret) => secret.scrub(text),
             None => text.to_owned(),
         }
+    }
+
+    /// The headers every call carries: the key (marked sensitive, so no
+    /// Debug output shows it) in `key_header` after `key_prefix`, and the
+    /// provider-side idempotency key where the provider takes one.
+    pub(crate) fn headers(
+        &self,
+        key_header: HeaderName,
+        key_prefix: &str,
+        idempotency: Option<(&str, &str)>,
+    ) -> Result<HeaderMap, ProviderError> {
+        let refuse = |what: &str| {
+            ProviderError::not_sent(
+                &self.provider,
+                format!("{what} is not a valid header value"),
+            )
+        };
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.secret {
+            let mut value = HeaderValue::from_str(&format!("{key_prefix}{}", key.expose()))
+                .map_err(|_| refuse("the API key"))?;
+            value.set_sensitive(true);
+            headers.insert(key_header, value);
+        }
+        if let Some((name, key)) = idempotency {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| refuse("the idempotency header's name"))?;
+            headers.insert(
+                name,
+                HeaderValue::from_str(key).map_err(|_| refuse("the idempotency key"))?,
+            );
+        }
+        Ok(headers)
     }
 
     /// A definite failure for a 2xx answer that does not fit the request.

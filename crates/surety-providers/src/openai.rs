@@ -2,7 +2,7 @@
 //! covers every OpenAI-compatible server: vLLM, llama.cpp, Groq, Together,
 //! Azure-style deployments.
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -108,27 +108,10 @@ impl OpenAiProvider {
     }
 
     fn headers(&self, call: Option<&CallContext>) -> Result<HeaderMap, ProviderError> {
-        let mut headers = HeaderMap::new();
-        if let Some(key) = self.http.secret() {
-            let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
-                    ProviderError::not_sent(
-                        &self.config.id,
-                        "the API key is not a valid header value",
-                    )
-                })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
-        if let (Some(call), Some(name)) = (call, &self.config.capabilities.idempotency_header) {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                ProviderError::not_sent(&self.config.id, "bad idempotency header name")
-            })?;
-            let value = HeaderValue::from_str(&call.idempotency_key)
-                .map_err(|_| ProviderError::not_sent(&self.config.id, "bad idempotency key"))?;
-            headers.insert(name, value);
-        }
-        Ok(headers)
+        let idempotency = call
+            .zip(self.config.capabilities.idempotency_header.as_deref())
+            .map(|(c, h)| (h, c.idempotency_key.as_str()));
+        self.http.headers(AUTHORIZATION, "Bearer ", idempotency)
     }
 
     async fn send(

@@ -163,36 +163,16 @@ async fn create_job(
         hedgeable: contract.hedgeable(),
         fingerprint: None,
     };
-    let (job, replayed) = match state.inner.store.create_or_replay(&new).await? {
-        Created::New(job) => {
-            state.inner.metrics.jobs_created.inc();
-            tracing::info!(job_id = %job.id, owner = %owner, route = %route.id, "job created");
-            dispatch::spawn(
-                state.clone(),
-                Drive {
-                    owner: owner.clone(),
-                    job_id: job.id.clone(),
-                    route,
-                    input: request.input,
-                    first: None,
-                    as_sent: false,
-                    providers: eligible,
-                },
-            );
-            (job, false)
-        }
-        Created::Replayed(job) => {
-            state.inner.metrics.replays.inc();
-            (job, true)
-        }
-        Created::Conflict => {
-            state.inner.metrics.conflicts.inc();
-            return Err(ApiError::new(
-                Problem::IdempotencyConflict,
-                "this Idempotency-Key already names a job with a different route or input; use a new key for a new intent",
-            ));
-        }
-    };
+    let (job, replayed) = create_or_replay(&state, &new, |job_id| Drive {
+        owner: owner.clone(),
+        job_id,
+        route,
+        input: request.input,
+        first: None,
+        as_sent: false,
+        providers: eligible,
+    })
+    .await?;
     let waited = match prefer_wait(&headers) {
         Some(limit) => Some(wait_settled(&state, &owner, &job.id, limit).await?),
         None => None,
@@ -211,6 +191,34 @@ async fn create_job(
         headers.insert(header::LOCATION, location);
     }
     Ok(response)
+}
+
+/// Creates the job, or finds the one this owner's key already names; a new
+/// job is dispatched at once. Returns the job and whether it was a replay.
+async fn create_or_replay(
+    state: &AppState,
+    new: &NewJob,
+    drive: impl FnOnce(JobId) -> Drive,
+) -> Result<(Job, bool), ApiError> {
+    match state.inner.store.create_or_replay(new).await? {
+        Created::New(job) => {
+            state.inner.metrics.jobs_created.inc();
+            tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
+            dispatch::spawn(state.clone(), drive(job.id.clone()));
+            Ok((job, false))
+        }
+        Created::Replayed(job) => {
+            state.inner.metrics.replays.inc();
+            Ok((job, true))
+        }
+        Created::Conflict => {
+            state.inner.metrics.conflicts.inc();
+            Err(ApiError::new(
+                Problem::IdempotencyConflict,
+                "this Idempotency-Key already names a job with a different request; use a new key for a new intent",
+            ))
+        }
+    }
 }
 
 /// Nothing more happens to the job on its own: settled, or unknown (which
@@ -411,33 +419,16 @@ async fn chat_completions(
         hedgeable: contract.hedgeable(),
         fingerprint: Some(fingerprint),
     };
-    let (job, replayed) = match state.inner.store.create_or_replay(&new).await? {
-        Created::New(job) => {
-            state.inner.metrics.jobs_created.inc();
-            let drive = Drive {
-                owner: owner.clone(),
-                job_id: job.id.clone(),
-                route,
-                input: body,
-                first: None,
-                providers: eligible,
-                as_sent: true,
-            };
-            dispatch::spawn(state.clone(), drive);
-            (job, false)
-        }
-        Created::Replayed(job) => {
-            state.inner.metrics.replays.inc();
-            (job, true)
-        }
-        Created::Conflict => {
-            state.inner.metrics.conflicts.inc();
-            return Err(ApiError::new(
-                Problem::IdempotencyConflict,
-                "this Idempotency-Key already names a different request",
-            ));
-        }
-    };
+    let (job, replayed) = create_or_replay(&state, &new, |job_id| Drive {
+        owner: owner.clone(),
+        job_id,
+        route,
+        input: body,
+        first: None,
+        as_sent: true,
+        providers: eligible,
+    })
+    .await?;
     wait_settled(
         &state,
         &owner,
