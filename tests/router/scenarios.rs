@@ -161,6 +161,7 @@ pub async fn timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel(db: &T
         1,
         "no second call while the first may still be running"
     );
+    assert_eq!(router.metric("surety_unknown_attempts_open").await, 1.0);
 
     let (status, _, _) = router
         .post(ACME, &format!("/v1/jobs/{id}/attempts/1/cancel"))
@@ -175,6 +176,11 @@ pub async fn timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel(db: &T
         .await;
     assert_eq!(status, StatusCode::OK, "{cancelled}");
     assert_eq!(cancelled["attempts"][0]["state"], "cancelled");
+    assert_eq!(
+        router.metric("surety_unknown_attempts_open").await,
+        0.0,
+        "the cancel resolved it"
+    );
 
     slow.set_script(language_script());
     let mut settled = router.state.inner.settled.subscribe();

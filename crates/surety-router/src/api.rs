@@ -517,11 +517,16 @@ async fn cancel(
         .store
         .cancel_attempt(&owner, &job_id, n, &reason)
         .await?;
+    let attempts = state.inner.store.attempts(&owner, &job_id).await?;
+    let provider = attempts
+        .iter()
+        .find(|a| a.ordinal == n)
+        .map_or("", |a| a.provider.as_str());
     state
         .inner
         .metrics
         .attempts
-        .with_label_values(&["-", "cancelled"])
+        .with_label_values(&[provider, "cancelled"])
         .inc();
     let _ = state.inner.settled.send(job_id.clone());
     Ok(Json(job_view(&state, &owner, &job_id).await?))
@@ -576,6 +581,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 async fn metrics(State(state): State<AppState>) -> Response {
     let m = &state.inner.metrics;
+    match state.inner.store.unknown_attempts().await {
+        Ok(n) => m.unknown_attempts_open.set(n),
+        Err(e) => tracing::warn!(error = %e, "cannot count unknown attempts"),
+    }
     if let Some(manifest) = state.inner.manifest.current() {
         m.manifest_entries.set(manifest.entries.len() as i64);
         if let Ok(at) = surety_manifest::parse_time(&manifest.generated_at) {

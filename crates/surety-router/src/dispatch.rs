@@ -296,7 +296,6 @@ async fn attempt(
                     tokio::time::timeout(late.inner.late_result_window, task).await
                 {
                     tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "late result arrived");
-                    late.inner.metrics.unknown_attempts_open.dec();
                     record(&late, &handle, result, &contract, give_up).await;
                     let _ = late.inner.settled.send(handle.job_id.clone());
                 }
@@ -322,7 +321,7 @@ async fn mark_unknown(state: &AppState, handle: &AttemptHandle, reason: &str) {
         .with_label_values(&[&handle.provider, "unknown"])
         .inc();
     match state.inner.store.mark_unknown(handle, reason).await {
-        Ok(()) => state.inner.metrics.unknown_attempts_open.inc(),
+        Ok(()) => {}
         Err(e) => {
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "could not mark the attempt unknown")
         }

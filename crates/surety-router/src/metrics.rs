@@ -65,7 +65,7 @@ impl Metrics {
             )?,
             unknown_attempts_open: gauge(
                 "surety_unknown_attempts_open",
-                "Attempts marked unknown by this router and not yet resolved",
+                "Attempts unknown now, across every router (read from the database at scrape time)",
             )?,
             provider_latency,
             manifest_entries: gauge(

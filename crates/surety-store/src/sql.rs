@@ -29,6 +29,7 @@ pub struct Sql {
     pub settle_job_state: String,
     pub select_expired: String,
     pub reap_attempt: String,
+    pub count_unknown: String,
 }
 
 const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contract_digest, input, \
@@ -144,6 +145,7 @@ impl Sql {
             ),
             // Guarded by the state and the lease, so two reapers move an
             // attempt once, and a heartbeat that got in first keeps it.
+            count_unknown: fill("SELECT COUNT(*) AS n FROM attempts WHERE state = 'unknown'"),
             reap_attempt: fill(
                 "UPDATE attempts SET state = 'unknown', unknown_since_ms = {now}, \
                      error = 'lease expired: the router holding it stopped renewing it' \

@@ -485,6 +485,15 @@ impl Store {
         Ok(reaped)
     }
 
+    /// How many attempts, of every owner, are `unknown` now: each waits for
+    /// a late result, a reconciliation or an admin.
+    pub async fn unknown_attempts(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query(&self.sql.count_unknown)
+            .fetch_one(&self.reader)
+            .await?;
+        Ok(row.try_get("n")?)
+    }
+
     /// The owner's job; another owner's job is not found.
     pub async fn job(&self, owner: &OwnerId, job_id: &JobId) -> Result<Job, StoreError> {
         let row = sqlx::query(&self.sql.select_job)
