@@ -123,6 +123,19 @@ impl Router {
         }
     }
 
+    /// A router with one route, `language`, to `fake`, certified for it.
+    pub async fn one_route(db: &TestDb, fake: &FakeProvider, server: &str) -> Router {
+        let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
+        Router::start(
+            db,
+            &[("fake-a", fake)],
+            route,
+            &manifest(&[("fake-a", "language-detect")]),
+            server,
+        )
+        .await
+    }
+
     pub fn manifest_path(&self) -> PathBuf {
         self.dir.path().join("manifest.json")
     }

@@ -126,15 +126,7 @@ pub async fn timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel(db: &T
     let slow = FakeProvider::start(Script::always(Behavior::Hang))
         .await
         .unwrap();
-    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
-    let router = Router::start(
-        db,
-        &[("fake-a", &slow)],
-        route,
-        &manifest(&[("fake-a", "language-detect")]),
-        "attempt_timeout_ms = 300",
-    )
-    .await;
+    let router = Router::one_route(db, &slow, "attempt_timeout_ms = 300").await;
     let (status, _, job) = router
         .create(ACME, "t-1", &detect("Hello there"), Some(10))
         .await;
@@ -318,15 +310,7 @@ pub async fn failover_skips_uncertified_stale_and_expired_providers(db: &TestDb)
 
 pub async fn a_broken_manifest_is_refused_and_routing_continues(db: &TestDb) {
     let fake = FakeProvider::start(language_script()).await.unwrap();
-    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
-    let router = Router::start(
-        db,
-        &[("fake-a", &fake)],
-        route,
-        &manifest(&[("fake-a", "language-detect")]),
-        "",
-    )
-    .await;
+    let router = Router::one_route(db, &fake, "").await;
     let mut reloads = router.state.inner.manifest.subscribe();
     let seen = *reloads.borrow_and_update();
     std::fs::write(
@@ -373,7 +357,7 @@ pub async fn a_broken_manifest_is_refused_and_routing_continues(db: &TestDb) {
     let strict = Router::start(
         &db2,
         &[("fake-a", &fake)],
-        route,
+        "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n",
         &signed,
         &format!("verifying_key = \"{}\"", key_path.display()),
     )
@@ -397,15 +381,7 @@ pub async fn a_broken_manifest_is_refused_and_routing_continues(db: &TestDb) {
 
 pub async fn owners_and_keys(db: &TestDb) {
     let fake = FakeProvider::start(language_script()).await.unwrap();
-    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
-    let router = Router::start(
-        db,
-        &[("fake-a", &fake)],
-        route,
-        &manifest(&[("fake-a", "language-detect")]),
-        "",
-    )
-    .await;
+    let router = Router::one_route(db, &fake, "").await;
     let (_, _, mine) = router
         .create(ACME, "shared", &detect("Buongiorno"), Some(10))
         .await;
@@ -447,15 +423,7 @@ pub async fn owners_and_keys(db: &TestDb) {
 
 pub async fn bad_requests_get_problem_details(db: &TestDb) {
     let fake = FakeProvider::start(language_script()).await.unwrap();
-    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
-    let router = Router::start(
-        db,
-        &[("fake-a", &fake)],
-        route,
-        &manifest(&[("fake-a", "language-detect")]),
-        "max_body_bytes = 2048",
-    )
-    .await;
+    let router = Router::one_route(db, &fake, "max_body_bytes = 2048").await;
     let post = |key: Option<&str>, body: String| {
         let mut request = router
             .client

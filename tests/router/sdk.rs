@@ -6,7 +6,7 @@ use serde_json::Value;
 use surety_fake_provider::FakeProvider;
 use surety_tests::TestDb;
 
-use crate::harness::{ACME, Router, language_script, manifest};
+use crate::harness::{ACME, Router, language_script};
 
 const CLIENT: &str = r#"
 import json, os
@@ -41,15 +41,7 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
         }
     };
     let fake = FakeProvider::start(language_script()).await.unwrap();
-    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
-    let router = Router::start(
-        db,
-        &[("fake-a", &fake)],
-        route,
-        &manifest(&[("fake-a", "language-detect")]),
-        "",
-    )
-    .await;
+    let router = Router::one_route(db, &fake, "").await;
     let output = tokio::process::Command::new(python)
         .args(["-c", CLIENT])
         .env("BASE_URL", &router.base)

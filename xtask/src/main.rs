@@ -248,27 +248,7 @@ fn count_before(line: &str, label: &str) -> u64 {
 
 fn bench_store(root: &Path) -> Result<()> {
     check_postgres()?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let out = target.join("bench").join("store.json");
-    let status = Command::new(cargo_bin())
-        .current_dir(root)
-        .args([
-            "bench",
-            "--locked",
-            "-p",
-            "surety-tests",
-            "--bench",
-            "store",
-        ])
-        .env("SURETY_BENCH_OUT", &out)
-        .status()
-        .context("could not run cargo bench")?;
-    if !status.success() {
-        bail!("the store benchmark failed ({status})");
-    }
-    Ok(())
+    bench(root, "store", &[])
 }
 
 fn bench_router(root: &Path) -> Result<()> {
@@ -285,25 +265,28 @@ fn bench_router(root: &Path) -> Result<()> {
             "surety",
         ],
     )?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    let surety = target_dir(root).join("release/surety");
+    bench(root, "router", &[("SURETY_BIN", surety.as_os_str())])
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+        .unwrap_or_else(|| root.join("target"))
+}
+
+/// Runs `benches/<name>.rs` of the tests package; its figures go to `target/bench/<name>.json`.
+fn bench(root: &Path, name: &str, env: &[(&str, &std::ffi::OsStr)]) -> Result<()> {
+    let out = target_dir(root).join("bench").join(format!("{name}.json"));
     let status = Command::new(cargo_bin())
         .current_dir(root)
-        .args([
-            "bench",
-            "--locked",
-            "-p",
-            "surety-tests",
-            "--bench",
-            "router",
-        ])
-        .env("SURETY_BIN", target.join("release/surety"))
-        .env("SURETY_BENCH_OUT", target.join("bench/router.json"))
+        .args(["bench", "--locked", "-p", "surety-tests", "--bench", name])
+        .env("SURETY_BENCH_OUT", &out)
+        .envs(env.iter().copied())
         .status()
         .context("could not run cargo bench")?;
     if !status.success() {
-        bail!("the router benchmark failed ({status})");
+        bail!("the {name} benchmark failed ({status})");
     }
     Ok(())
 }

@@ -12,11 +12,12 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use surety_contracts::Contract;
 use surety_core::{Fingerprint, IdempotencyKey, JobState};
 use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
 
 use crate::AppState;
-use crate::config::ApiKey;
+use crate::config::{ApiKey, Route};
 use crate::dispatch::{self, Drive};
 use crate::error::{ApiError, Problem};
 
@@ -117,41 +118,14 @@ async fn create_job(
             "`input` must be an object of the contract's template variables",
         ));
     }
-    let route = state
-        .inner
-        .routes
-        .get(&request.route)
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::new(
-                Problem::UnknownRoute,
-                format!("no route `{}`", request.route),
-            )
-        })?;
-    let contract = state
-        .inner
-        .contracts
-        .get(&route.contract)
-        .ok_or_else(|| ApiError::internal("a route names a missing contract"))?;
+    let (route, contract) = route_and_contract(&state, &request.route)?;
     contract.render(&request.input).map_err(|e| {
         ApiError::new(
             Problem::MalformedBody,
             format!("`input` does not fit contract `{}`: {e}", contract.id),
         )
     })?;
-    let (eligible, why_not) = dispatch::eligible(&state, &route, contract);
-    if eligible.is_empty() {
-        return Err(ApiError::new(
-            Problem::NoCertifiedProvider,
-            format!(
-                "no provider of route `{}` is certified for `{}` at {}: {}",
-                route.id,
-                contract.id,
-                contract.digest,
-                why_not.join("; ")
-            ),
-        ));
-    }
+    let eligible = certified(&state, &route, contract)?;
     let owner = OwnerId(key.owner.clone());
     let new = NewJob {
         owner: owner.clone(),
@@ -191,6 +165,48 @@ async fn create_job(
         headers.insert(header::LOCATION, location);
     }
     Ok(response)
+}
+
+/// A route and its contract, by the route's id.
+fn route_and_contract<'s>(
+    state: &'s AppState,
+    id: &str,
+) -> Result<(Route, &'s Contract), ApiError> {
+    let route = state
+        .inner
+        .routes
+        .get(id)
+        .cloned()
+        .ok_or_else(|| ApiError::new(Problem::UnknownRoute, format!("no route `{id}`")))?;
+    let contract = state
+        .inner
+        .contracts
+        .get(&route.contract)
+        .ok_or_else(|| ApiError::internal("a route names a missing contract"))?;
+    Ok((route, contract))
+}
+
+/// The route's providers the manifest certifies for its contract now, in
+/// order; never empty: with none, a 503 saying why each is not.
+fn certified(
+    state: &AppState,
+    route: &Route,
+    contract: &Contract,
+) -> Result<Vec<String>, ApiError> {
+    let (eligible, why_not) = dispatch::eligible(state, route, contract);
+    if eligible.is_empty() {
+        return Err(ApiError::new(
+            Problem::NoCertifiedProvider,
+            format!(
+                "no provider of route `{}` is certified for `{}` at {}: {}",
+                route.id,
+                contract.id,
+                contract.digest,
+                why_not.join("; ")
+            ),
+        ));
+    }
+    Ok(eligible)
 }
 
 /// Creates the job, or finds the one this owner's key already names; a new
@@ -321,24 +337,9 @@ async fn retry(
     let key = authenticate(&state, &headers)?;
     let owner = OwnerId(key.owner);
     let job = state.inner.store.job(&owner, &JobId(id)).await?;
-    let route = state
-        .inner
-        .routes
-        .get(&job.route)
-        .cloned()
-        .ok_or_else(|| ApiError::internal("the job's route is gone"))?;
-    let contract = state
-        .inner
-        .contracts
-        .get(&route.contract)
-        .ok_or_else(|| ApiError::internal("the route's contract is gone"))?;
-    let (eligible, why_not) = dispatch::eligible(&state, &route, contract);
-    let Some(first) = eligible.first() else {
-        return Err(ApiError::new(
-            Problem::NoCertifiedProvider,
-            why_not.join("; "),
-        ));
-    };
+    let (route, contract) = route_and_contract(&state, &job.route)?;
+    let eligible = certified(&state, &route, contract)?;
+    let first = &eligible[0];
     // The store's guard decides: an open attempt or a settled job is a 409 saying which.
     let start = StartAttempt {
         provider: first.clone(),
@@ -386,26 +387,10 @@ async fn chat_completions(
     let model = body["model"]
         .as_str()
         .ok_or_else(|| ApiError::new(Problem::MalformedBody, "`model` must name a route"))?;
-    let route = state
-        .inner
-        .routes
-        .get(model)
-        .cloned()
-        .ok_or_else(|| ApiError::new(Problem::UnknownRoute, format!("no route `{model}`")))?;
-    let contract = state
-        .inner
-        .contracts
-        .get(&route.contract)
-        .ok_or_else(|| ApiError::internal("a route names a missing contract"))?;
+    let (route, contract) = route_and_contract(&state, model)?;
     dispatch::check_as_sent(&body, contract)
         .map_err(|e| ApiError::new(Problem::MalformedBody, e))?;
-    let (eligible, why_not) = dispatch::eligible(&state, &route, contract);
-    if eligible.is_empty() {
-        return Err(ApiError::new(
-            Problem::NoCertifiedProvider,
-            why_not.join("; "),
-        ));
-    }
+    let eligible = certified(&state, &route, contract)?;
     let owner = OwnerId(key.owner);
     let fingerprint =
         Fingerprint::of(&body).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
