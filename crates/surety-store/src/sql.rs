@@ -12,14 +12,13 @@ pub struct Sql {
     pub insert_job: String,
     pub select_job_by_key: String,
     pub select_job: String,
-    pub select_job_unscoped: String,
     pub lock_job: String,
     pub lock_job_unscoped: String,
     pub insert_attempt: String,
     pub select_open_attempt: String,
     pub select_attempt: String,
     pub select_attempts: String,
-    pub set_job_running: String,
+    pub claim_job: String,
     pub heartbeat: String,
     pub complete_job: String,
     pub close_attempt: String,
@@ -66,7 +65,6 @@ impl Sql {
                 "SELECT {job_columns} FROM jobs WHERE owner_id = $1 AND idempotency_key = $2",
             ),
             select_job: fill("SELECT {job_columns} FROM jobs WHERE id = $1 AND owner_id = $2"),
-            select_job_unscoped: fill("SELECT {job_columns} FROM jobs WHERE id = $1"),
             // A write that changes nothing: it takes the job's row lock on
             // PostgreSQL, so every transaction locks the job before its
             // attempts and two transactions never wait on each other in a cycle.
@@ -96,8 +94,13 @@ impl Sql {
             select_attempts: fill(
                 "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 ORDER BY ordinal",
             ),
-            set_job_running: fill(
-                "UPDATE jobs SET state = 'running', updated_at_ms = {now} WHERE id = $1",
+            // Locks the job and marks it running in one statement, unless it
+            // is over (then it is left as it is, and the caller refuses).
+            claim_job: fill(
+                "UPDATE jobs SET updated_at_ms = {now}, \
+                     state = CASE WHEN state IN ('succeeded', 'cancelled') THEN state ELSE 'running' END \
+                 WHERE id = $1 AND owner_id = $2 \
+                 RETURNING state, hedgeable, version",
             ),
             heartbeat: fill(
                 "UPDATE attempts SET lease_expires_at_ms = {now} + $3 \
@@ -109,7 +112,8 @@ impl Sql {
                      version = version + 1, updated_at_ms = {now} \
                  WHERE id = $1 AND version = $2 AND completed_by IS NULL \
                  AND EXISTS (SELECT 1 FROM attempts a \
-                             WHERE a.job_id = $1 AND a.ordinal = $4 AND a.state IN {open})",
+                             WHERE a.job_id = $1 AND a.ordinal = $4 AND a.state IN {open}) \
+                 RETURNING {job_columns}",
             ),
             close_attempt: fill(
                 "UPDATE attempts SET state = $3, error = $4, finished_at_ms = {now} \

@@ -195,7 +195,10 @@ impl Store {
         check_text("provider", &start.provider)?;
         let lease = lease_ms(start.lease)?;
         let mut tx = self.begin_write().await?;
-        let locked = self.lock_job(&mut tx, owner, job_id).await?;
+        // Locks the job and marks it running; a refusal below rolls it back.
+        let locked = self
+            .lock_job(&mut tx, &self.sql.claim_job, owner, job_id)
+            .await?;
         job_after(locked.state, JobEvent::AttemptStarted)?;
         if start.slot == Slot::Hedge {
             if !locked.hedgeable {
@@ -239,10 +242,6 @@ impl Store {
             });
         };
         let attempt = attempt_from_row(&row)?;
-        sqlx::query(&self.sql.set_job_running)
-            .bind(&job_id.0)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         tracing::info!(job_id = %job_id, attempt = attempt.ordinal, provider = %attempt.provider, "attempt started");
         Ok(AttemptHandle {
@@ -303,22 +302,19 @@ impl Store {
 
     async fn complete(&self, handle: &AttemptHandle, result: &Value) -> Result<Finish, StoreError> {
         let mut tx = self.begin_write().await?;
+        // The compare-and-swap: one statement; the row it returns is the
+        // proof it touched one.
         let won = sqlx::query(&self.sql.complete_job)
             .bind(&handle.job_id.0)
             .bind(handle.base_version)
             .bind(result.to_string())
             .bind(handle.ordinal)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if won == 1 {
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(row) = won {
+            let job = job_from_row(&row)?;
             self.close_attempt(&mut tx, handle, AttemptState::Succeeded, None)
                 .await?;
-            let job = sqlx::query(&self.sql.select_job_unscoped)
-                .bind(&handle.job_id.0)
-                .fetch_one(&mut *tx)
-                .await?;
-            let job = job_from_row(&job)?;
             tx.commit().await?;
             tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "attempt won; job succeeded");
             return Ok(Finish::Won(Box::new(job)));
@@ -427,7 +423,8 @@ impl Store {
         reason: &str,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
-        self.lock_job(&mut tx, owner, job_id).await?;
+        self.lock_job(&mut tx, &self.sql.lock_job, owner, job_id)
+            .await?;
         let handle = AttemptHandle {
             job_id: job_id.clone(),
             ordinal,
@@ -550,13 +547,16 @@ impl Store {
         })
     }
 
+    /// Runs `statement` (`lock_job` or `claim_job`) on the owner's job, which
+    /// takes its row lock, and reads back its state.
     async fn lock_job(
         &self,
         tx: &mut AnyTx,
+        statement: &str,
         owner: &OwnerId,
         job_id: &JobId,
     ) -> Result<LockedJob, StoreError> {
-        let row = sqlx::query(&self.sql.lock_job)
+        let row = sqlx::query(statement)
             .bind(&job_id.0)
             .bind(&owner.0)
             .fetch_optional(&mut **tx)
