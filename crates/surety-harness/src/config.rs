@@ -4,15 +4,10 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use surety_providers::config::{ConfigError, ProviderConfig, RawProviderConfig};
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRoute {
-    pub contract: String,
-    pub providers: Vec<String>,
-    pub hedge_after_ms: Option<u64>,
-}
+use surety_providers::config::{
+    ConfigError, ProviderConfig, RawProviderConfig, RawRoute, Route, validate_providers,
+    validate_routes,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,44 +27,22 @@ struct RawFile {
 #[derive(Debug, Clone)]
 pub struct CertifyConfig {
     pub providers: BTreeMap<String, ProviderConfig>,
-    pub routes: BTreeMap<String, RawRoute>,
+    pub routes: BTreeMap<String, Route>,
 }
 
 impl CertifyConfig {
     pub fn from_toml(text: &str, contracts: &[String]) -> Result<CertifyConfig, ConfigError> {
         let raw: RawFile =
             toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
-        let providers = raw
-            .providers
-            .into_iter()
-            .map(|(id, p)| Ok((id.clone(), ProviderConfig::validate(&id, p)?)))
-            .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
-        for (id, route) in &raw.routes {
-            if !contracts.contains(&route.contract) {
-                return Err(ConfigError::at(
-                    format!("routes.{id}.contract"),
-                    format!("no contract `{}` under contracts/", route.contract),
-                ));
-            }
-            if route.providers.is_empty() {
-                return Err(ConfigError::at(
-                    format!("routes.{id}.providers"),
-                    "must list at least one provider",
-                ));
-            }
-            for (i, p) in route.providers.iter().enumerate() {
-                if !providers.contains_key(p) {
-                    return Err(ConfigError::at(
-                        format!("routes.{id}.providers[{i}]"),
-                        format!("no provider `{p}` is configured"),
-                    ));
-                }
-            }
+        let providers = validate_providers(raw.providers)?;
+        let routes = validate_routes(raw.routes, &providers)?;
+        if let Some(route) = routes.values().find(|r| !contracts.contains(&r.contract)) {
+            return Err(ConfigError::at(
+                format!("routes.{}.contract", route.id),
+                format!("no contract `{}` under contracts/", route.contract),
+            ));
         }
-        Ok(CertifyConfig {
-            providers,
-            routes: raw.routes,
-        })
+        Ok(CertifyConfig { providers, routes })
     }
 
     /// The contracts routed to `provider`, sorted.

@@ -339,3 +339,74 @@ impl fmt::Display for ProviderKind {
         })
     }
 }
+
+/// Validates every `[providers.<id>]`.
+pub fn validate_providers(
+    raw: BTreeMap<String, RawProviderConfig>,
+) -> Result<BTreeMap<String, ProviderConfig>, ConfigError> {
+    raw.into_iter()
+        .map(|(id, p)| Ok((id.clone(), ProviderConfig::validate(&id, p)?)))
+        .collect()
+}
+
+/// `[routes.<id>]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub contract: String,
+    pub providers: Vec<String>,
+    pub hedge_after_ms: Option<u64>,
+}
+
+/// A route: a contract, and the providers that may serve it, in order of preference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub id: String,
+    pub contract: String,
+    pub providers: Vec<String>,
+    /// When a hedging attempt may start (for contracts without side effects).
+    pub hedge_after: Option<Duration>,
+}
+
+/// Validates every `[routes.<id>]` against the configured providers.
+pub fn validate_routes(
+    raw: BTreeMap<String, RawRoute>,
+    providers: &BTreeMap<String, ProviderConfig>,
+) -> Result<BTreeMap<String, Route>, ConfigError> {
+    let mut routes = BTreeMap::new();
+    for (id, route) in raw {
+        if route.providers.is_empty() {
+            return Err(ConfigError::at(
+                format!("routes.{id}.providers"),
+                "must list at least one provider",
+            ));
+        }
+        for (i, p) in route.providers.iter().enumerate() {
+            if !providers.contains_key(p) {
+                return Err(ConfigError::at(
+                    format!("routes.{id}.providers[{i}]"),
+                    format!("no provider `{p}` is configured"),
+                ));
+            }
+        }
+        let hedge_after = match route.hedge_after_ms {
+            Some(0) => {
+                return Err(ConfigError::at(
+                    format!("routes.{id}.hedge_after_ms"),
+                    "must be at least 1 ms",
+                ));
+            }
+            ms => ms.map(Duration::from_millis),
+        };
+        routes.insert(
+            id.clone(),
+            Route {
+                id,
+                contract: route.contract,
+                providers: route.providers,
+                hedge_after,
+            },
+        );
+    }
+    Ok(routes)
+}

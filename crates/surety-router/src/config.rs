@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use surety_providers::config::{ConfigError, ProviderConfig, RawProviderConfig};
+use surety_providers::config::{
+    ConfigError, ProviderConfig, RawProviderConfig, RawRoute, validate_providers, validate_routes,
+};
+
+pub use surety_providers::config::Route;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,27 +50,11 @@ struct RawApiKey {
     admin: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRoute {
-    contract: String,
-    providers: Vec<String>,
-    hedge_after_ms: Option<u64>,
-}
-
 /// One API key's owner and scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKey {
     pub owner: String,
     pub admin: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub id: String,
-    pub contract: String,
-    pub providers: Vec<String>,
-    pub hedge_after: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -130,41 +118,8 @@ impl RouterConfig {
                 ));
             }
         }
-        let providers = raw
-            .providers
-            .into_iter()
-            .map(|(id, p)| Ok((id.clone(), ProviderConfig::validate(&id, p)?)))
-            .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
-        let mut routes = BTreeMap::new();
-        for (id, route) in raw.routes {
-            if route.providers.is_empty() {
-                return Err(ConfigError::at(
-                    format!("routes.{id}.providers"),
-                    "must list at least one provider",
-                ));
-            }
-            for (i, p) in route.providers.iter().enumerate() {
-                if !providers.contains_key(p) {
-                    return Err(ConfigError::at(
-                        format!("routes.{id}.providers[{i}]"),
-                        format!("no provider `{p}` is configured"),
-                    ));
-                }
-            }
-            let hedge_after = route
-                .hedge_after_ms
-                .map(|n| ms(&format!("routes.{id}.hedge_after_ms"), Some(n), 1))
-                .transpose()?;
-            routes.insert(
-                id.clone(),
-                Route {
-                    id,
-                    contract: route.contract,
-                    providers: route.providers,
-                    hedge_after,
-                },
-            );
-        }
+        let providers = validate_providers(raw.providers)?;
+        let routes = validate_routes(raw.routes, &providers)?;
         Ok(RouterConfig {
             listen,
             database: raw.server.database,
