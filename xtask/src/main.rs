@@ -115,7 +115,7 @@ fn test(root: &Path) -> Result<()> {
     env.push(("SURETY_OPENAI_SDK_PYTHON", &sdk));
     let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"], &env)?;
     drop(server);
-    println!("cargo xtask test: {passed} passed, {failed} failed");
+    println!("tests: {passed} passed, {failed} failed");
     if passed == 0 {
         bail!("no test ran");
     }
