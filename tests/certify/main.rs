@@ -266,13 +266,8 @@ async fn an_ignored_system_prompt_format_is_caught_by_the_schema() {
 #[tokio::test]
 async fn nondeterminism_at_temperature_zero_is_caught_by_determinism() {
     let (result, markdown, _) = misbehave("language-detect", "", |case, a| {
-        // Two answers that both keep the contract: only determinism can tell.
-        let mut other = a.clone();
-        other["language"] = json!(if case == "english" {
-            "english"
-        } else {
-            a["language"].as_str().unwrap()
-        });
+        // For `english`, a wrong second answer on some samples; elsewhere the
+        // same answer spelled with other whitespace, which is not nondeterminism.
         let spaced = serde_json::to_string_pretty(&a).unwrap();
         match case {
             "english" => Behavior::Cycle(vec![

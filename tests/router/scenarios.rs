@@ -130,7 +130,11 @@ pub async fn timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel(db: &T
     let (status, _, job) = router
         .create(ACME, "t-1", &detect("Hello there"), Some(10))
         .await;
-    assert_eq!(status, StatusCode::OK.max(status), "{job}");
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "a new job, at rest once unknown: {job}"
+    );
     assert_eq!(
         job["state"], "unknown",
         "a timeout is unknown, not failed: {job}"

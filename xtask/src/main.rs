@@ -128,21 +128,16 @@ fn demo(root: &Path) -> Result<()> {
     let paths = local_provider::Paths::new()?;
     local_provider::install(&paths)?;
     let server = local_provider::start(&paths)?;
-    let status = Command::new(cargo_bin())
-        .current_dir(root)
-        .args([
-            "run",
-            "--quiet",
-            "--locked",
-            "-p",
-            "surety-router",
-            "--example",
-            "demo",
-        ])
-        .env("SURETY_LOCAL_PROVIDER_URL", &server.base_url)
-        .env("RUST_LOG", "warn")
-        .status()
-        .context("could not run the demo")?;
+    let url = server.base_url.clone();
+    let status = cargo_run(
+        root,
+        &["-p", "surety-router", "--example", "demo"],
+        &[],
+        &[
+            ("SURETY_LOCAL_PROVIDER_URL", url.as_str()),
+            ("RUST_LOG", "warn"),
+        ],
+    )?;
     drop(server);
     if !status.success() {
         bail!("the demo failed ({status})");
@@ -184,26 +179,36 @@ fn exit_with(code: i32) -> Result<()> {
 
 /// Runs `surety-certify <command> <args>` and returns its exit status.
 fn harness(root: &Path, command: &str, args: &[&str], extra: &[&str]) -> Result<i32> {
-    let status = Command::new(cargo_bin())
-        .current_dir(root)
-        .args([
-            "run",
-            "--quiet",
-            "--locked",
-            "-p",
-            "surety-harness",
-            "--bin",
-            "surety-certify",
-            "--",
-            command,
-        ])
-        .args(args)
-        .args(extra)
-        .status()
-        .context("could not run surety-certify")?;
+    let mut all = vec![command];
+    all.extend_from_slice(args);
+    all.extend_from_slice(extra);
+    let status = cargo_run(
+        root,
+        &["-p", "surety-harness", "--bin", "surety-certify"],
+        &all,
+        &[],
+    )?;
     status
         .code()
         .with_context(|| format!("surety-certify was killed ({status})"))
+}
+
+/// `cargo run --quiet --locked <target> -- <args>` in the workspace.
+fn cargo_run(
+    root: &Path,
+    target: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<std::process::ExitStatus> {
+    Command::new(cargo_bin())
+        .current_dir(root)
+        .args(["run", "--quiet", "--locked"])
+        .args(target)
+        .arg("--")
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .with_context(|| format!("could not run cargo run {}", target.join(" ")))
 }
 
 /// Runs `cargo test`, passing its output through, and adds up the

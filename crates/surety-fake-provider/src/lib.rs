@@ -450,15 +450,27 @@ async fn answer(plan: Plan, headers: &HeaderMap, ok: impl Fn(&str) -> Value) -> 
     }
 }
 
+/// Parses a chat request, counts it and plans its answer; `None` when the
+/// body is not JSON.
+fn receive(
+    shared: &Shared,
+    format: WireFormat,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<(Value, Plan)> {
+    let body = serde_json::from_slice::<Value>(body).ok()?;
+    let plan = plan(shared, format, headers, &body);
+    Some((body, plan))
+}
+
 async fn openai_chat(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+    let Some((body, plan)) = receive(&shared, WireFormat::OpenAi, &headers, &body) else {
         return bad_request("the request body is not JSON");
     };
-    let plan = plan(&shared, WireFormat::OpenAi, &headers, &body);
     let (call, model) = (plan.call, plan.model.clone());
     let prompt_tokens = word_count(&prompt_text(&body));
     answer(plan, &headers, |text| {
@@ -489,10 +501,9 @@ async fn anthropic_messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+    let Some((body, plan)) = receive(&shared, WireFormat::Anthropic, &headers, &body) else {
         return bad_request("the request body is not JSON");
     };
-    let plan = plan(&shared, WireFormat::Anthropic, &headers, &body);
     let (call, model) = (plan.call, plan.model.clone());
     let prompt_tokens = word_count(&prompt_text(&body));
     let forced_tool = body["tool_choice"]["name"].as_str().map(str::to_owned);

@@ -63,13 +63,18 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiErro
         .ok_or_else(|| ApiError::new(Problem::Unauthorized, "unknown API key"))
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| match rejection.status() {
+/// The request body as JSON; a body over the limit or that does not parse
+/// gets the project's own problem details, never the framework's.
+fn json_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::new(Problem::PayloadTooLarge, rejection.body_text())
         }
         _ => ApiError::new(Problem::MalformedBody, rejection.body_text()),
-    })
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
@@ -109,9 +114,7 @@ async fn create_job(
 ) -> Result<Response, ApiError> {
     let key = authenticate(&state, &headers)?;
     let idempotency = idempotency_key(&headers)?;
-    let body = body_bytes(body)?;
-    let request: CreateJob = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
+    let request: CreateJob = json_body(body)?;
     if !request.input.is_object() {
         return Err(ApiError::new(
             Problem::MalformedBody,
@@ -382,8 +385,7 @@ async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let key = authenticate(&state, &headers)?;
     let idempotency = idempotency_key(&headers)?;
-    let body: Value = serde_json::from_slice(&body_bytes(body)?)
-        .map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
+    let body: Value = json_body(body)?;
     let model = body["model"]
         .as_str()
         .ok_or_else(|| ApiError::new(Problem::MalformedBody, "`model` must name a route"))?;
