@@ -151,9 +151,13 @@ impl From<surety_store::StoreError> for ApiError {
             E::HedgeRefused { .. } | E::LeaseExpired { .. } | E::Invalid { .. } => {
                 ApiError::new(Problem::MalformedBody, error.to_string())
             }
-            E::UnsupportedUrl(_) | E::Database(_) | E::Migrate(_) | E::Corrupt(_) => {
-                ApiError::internal(error)
-            }
+            E::UnsupportedUrl(_)
+            | E::Database(_)
+            | E::Sqlite(_)
+            | E::NotCommitted(_)
+            | E::Closed
+            | E::Migrate(_)
+            | E::Corrupt(_) => ApiError::internal(error),
         }
     }
 }

@@ -32,6 +32,12 @@ pub enum StoreError {
     UnsupportedUrl(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("the write was not committed: {0}")]
+    NotCommitted(String),
+    #[error("the store is closed")]
+    Closed,
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("a stored row does not read back: {0}")]

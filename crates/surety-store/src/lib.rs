@@ -12,9 +12,12 @@
 //!
 //! Architecture invariant: this crate owns SQL. Nothing else writes a query.
 
+mod conn;
 mod error;
 mod model;
+mod ops;
 mod sql;
+mod sqlite;
 mod store;
 
 pub use error::StoreError;

@@ -47,17 +47,21 @@ impl Sql {
             Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
         };
         let fill = |template: &str| {
-            template
+            let filled = template
                 .replace("{now}", now)
                 .replace("{job_columns}", JOB_COLUMNS)
                 .replace("{attempt_columns}", ATTEMPT_COLUMNS)
-                .replace("{open}", OPEN)
+                .replace("{open}", OPEN);
+            match backend {
+                Backend::Postgres => filled,
+                Backend::Sqlite => numbered_params(&filled),
+            }
         };
         Sql {
             insert_job: fill(
                 "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
                      input, fingerprint, hedgeable, state, version, created_at_ms, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'queued', 0, {now}, {now}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, {now}, {now}) \
                  ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
                  RETURNING {job_columns}",
             ),
@@ -156,5 +160,33 @@ impl Sql {
                  WHERE job_id = $1 AND ordinal = $2 AND state = 'started' AND lease_expires_at_ms <= {now}",
             ),
         }
+    }
+}
+
+/// PostgreSQL's `$N` as SQLite's `?N`: SQLite reads `$N` as a named
+/// parameter and numbers those by first appearance, not by `N`.
+fn numbered_params(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        let numbered = c == '$' && chars.peek().is_some_and(char::is_ascii_digit);
+        out.push(if numbered { '?' } else { c });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_parameters_are_numbered_by_their_digits() {
+        assert_eq!(
+            numbered_params("SELECT $2, $1, $10 FROM t WHERE a = '$' AND b = $3"),
+            "SELECT ?2, ?1, ?10 FROM t WHERE a = '$' AND b = ?3"
+        );
+        let sql = Sql::new(Backend::Sqlite);
+        assert!(!sql.insert_attempt.contains('$'), "{}", sql.insert_attempt);
+        assert!(Sql::new(Backend::Postgres).insert_attempt.contains("$6"));
     }
 }

@@ -1,25 +1,28 @@
-//! The store's operations, one engine-neutral implementation over sqlx's
-//! `Any` driver.
+//! The store: one interface over SQLite and PostgreSQL. Every operation is
+//! written once (`ops.rs`); this file validates arguments and runs each
+//! operation where its engine wants it: on SQLite's writer thread or a
+//! reading connection, on PostgreSQL in a transaction from the pool.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
-use surety_core::{
-    AttemptEvent, AttemptState, Fingerprint, Intent, JobEvent, JobState, attempt_after, job_after,
-};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use surety_core::Intent;
 
+use crate::conn::ready;
+use crate::ops::{self, Insert};
 use crate::sql::Sql;
+use crate::sqlite::Sqlite;
 use crate::{
     Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId,
-    Race, Slot, StartAttempt, StoreError,
+    Race, StartAttempt, StoreError,
 };
 
 /// The database engine behind a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// An embedded file: one writer connection, WAL, writes in `BEGIN IMMEDIATE`.
+    /// An embedded file: one writer thread, WAL, writes group-committed.
     Sqlite,
     /// A server shared by several router replicas, at READ COMMITTED.
     Postgres,
@@ -39,9 +42,10 @@ impl Backend {
 pub struct StoreOptions {
     /// `sqlite:path/to/file.db` or `postgres://user@host:port/db`.
     pub url: String,
-    /// Connections for reads (SQLite) or for everything (PostgreSQL).
+    /// Reading connections (SQLite) or connections for everything (PostgreSQL).
     pub max_connections: u32,
-    /// How long a write waits for SQLite's lock before failing.
+    /// How long a write waits for SQLite's lock (held by another process)
+    /// before failing.
     pub busy_timeout: Duration,
 }
 
@@ -60,15 +64,85 @@ const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// The most attempts one reaper pass moves.
 const REAP_BATCH: i64 = 500;
 
+#[derive(Debug, Clone)]
+enum Engine {
+    Sqlite(Arc<Sqlite>),
+    Postgres(PgPool),
+}
+
 /// A handle on the database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
-    backend: Backend,
-    /// Every write goes here. On SQLite it is one connection, so writers
-    /// queue in the pool instead of spinning in SQLite's busy handler.
-    writer: AnyPool,
-    reader: AnyPool,
-    sql: std::sync::Arc<Sql>,
+    engine: Engine,
+    sql: Arc<Sql>,
+}
+
+/// Runs an operation of `ops` on the store's engine. `write` runs it in a
+/// transaction of its own (PostgreSQL) or on the writer thread (SQLite);
+/// `single` is a write of one guarded statement (or a statement and a read
+/// when it is refused), run without a transaction on PostgreSQL; `read` runs
+/// it on a reading connection. In the body, `$c` is the connection and `$sql`
+/// the statements; what the body borrows is moved to SQLite's writer thread,
+/// so bind owned values before.
+macro_rules! on_engine {
+    ($store:expr, write, |$c:ident, $sql:ident| $body:expr) => {{
+        let store = $store;
+        match &store.engine {
+            Engine::Sqlite(lite) => {
+                let $sql = store.sql.clone();
+                lite.write(move |$c| {
+                    let $sql = &*$sql;
+                    ready($body)
+                })
+                .await
+            }
+            Engine::Postgres(pool) => {
+                let $sql = &*store.sql;
+                let mut tx = pool
+                    .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+                    .await?;
+                let out = {
+                    let $c = &mut *tx;
+                    $body.await
+                };
+                if out.is_ok() {
+                    tx.commit().await?;
+                }
+                out
+            }
+        }
+    }};
+    ($store:expr, single, |$c:ident, $sql:ident| $body:expr) => {{
+        let store = $store;
+        match &store.engine {
+            Engine::Sqlite(lite) => {
+                let $sql = store.sql.clone();
+                lite.write(move |$c| {
+                    let $sql = &*$sql;
+                    ready($body)
+                })
+                .await
+            }
+            Engine::Postgres(pool) => {
+                let $sql = &*store.sql;
+                let mut conn = pool.acquire().await?;
+                let $c = &mut *conn;
+                $body.await
+            }
+        }
+    }};
+    ($store:expr, read, |$c:ident, $sql:ident| $body:expr) => {{
+        let store = $store;
+        let $sql = &*store.sql;
+        match &store.engine {
+            Engine::Sqlite(lite) => lite.read(|$c| ready($body)),
+            Engine::Postgres(pool) => {
+                let mut conn = pool.acquire().await?;
+                let $c = &mut *conn;
+                $body.await
+            }
+        }
+    }};
 }
 
 impl Store {
@@ -78,70 +152,78 @@ impl Store {
     }
 
     pub async fn open_with(options: &StoreOptions) -> Result<Store, StoreError> {
-        sqlx::any::install_default_drivers();
         let scheme = options.url.split(':').next().unwrap_or_default();
-        let store = match scheme {
+        let connections = options.max_connections.max(1);
+        let (engine, backend) = match scheme {
             "sqlite" => {
-                let url = sqlite_url(&options.url);
-                let pragmas = format!(
-                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = {};",
-                    options.busy_timeout.as_millis()
-                );
-                let pool = |max: u32| {
-                    let pragmas = pragmas.clone();
-                    AnyPoolOptions::new()
-                        .max_connections(max)
-                        .after_connect(move |conn, _| {
-                            let pragmas = pragmas.clone();
-                            Box::pin(async move {
-                                conn.execute(pragmas.as_str()).await?;
-                                Ok(())
-                            })
-                        })
-                };
-                let writer = pool(1).connect(&url).await?;
-                sqlx::migrate!("./migrations").run(&writer).await?;
-                let reader = pool(options.max_connections.max(1)).connect(&url).await?;
-                Store {
-                    backend: Backend::Sqlite,
-                    writer,
-                    reader,
-                    sql: Sql::new(Backend::Sqlite).into(),
-                }
+                let (url, timeout) = (options.url.clone(), options.busy_timeout);
+                // Opening and migrating a file blocks; keep it off the runtime.
+                let lite = tokio::task::spawn_blocking(move || {
+                    Sqlite::open(&url, connections as usize, timeout)
+                })
+                .await
+                .map_err(|e| StoreError::NotCommitted(format!("opening SQLite: {e}")))??;
+                (Engine::Sqlite(lite), Backend::Sqlite)
             }
             "postgres" | "postgresql" => {
-                let pool = AnyPoolOptions::new()
-                    .max_connections(options.max_connections.max(1))
+                let pool = PgPoolOptions::new()
+                    .max_connections(connections)
                     .connect(&options.url)
                     .await?;
                 sqlx::migrate!("./migrations").run(&pool).await?;
-                Store {
-                    backend: Backend::Postgres,
-                    writer: pool.clone(),
-                    reader: pool,
-                    sql: Sql::new(Backend::Postgres).into(),
-                }
+                (Engine::Postgres(pool), Backend::Postgres)
             }
             other => return Err(StoreError::UnsupportedUrl(other.to_owned())),
         };
-        Ok(store)
+        Ok(Store {
+            engine,
+            sql: Arc::new(Sql::new(backend)),
+        })
     }
 
     pub fn backend(&self) -> Backend {
-        self.backend
+        match self.engine {
+            Engine::Sqlite(_) => Backend::Sqlite,
+            Engine::Postgres(_) => Backend::Postgres,
+        }
     }
 
     /// Closes every connection.
     pub async fn close(&self) {
-        self.writer.close().await;
-        self.reader.close().await;
+        match &self.engine {
+            Engine::Sqlite(lite) => lite.close().await,
+            Engine::Postgres(pool) => pool.close().await,
+        }
     }
 
     /// Records a new job, or finds the one this owner already made with this
     /// key. The unique constraint decides; the fingerprint comparison only
     /// tells a replay from a conflict.
     pub async fn create_or_replay(&self, new: &NewJob) -> Result<Created, StoreError> {
+        let insert = self.insert(new, None)?;
+        let (created, _) = on_engine!(self, single, |c, sql| ops::create(c, sql, &insert))?;
+        Ok(created)
+    }
+
+    /// As [`Store::create_or_replay`]; a new job also starts its first
+    /// attempt, at `start.provider`, in the same commit (the job is
+    /// `running` from the start). A replay or a conflict starts nothing.
+    pub async fn create_and_start(
+        &self,
+        new: &NewJob,
+        start: &StartAttempt,
+    ) -> Result<(Created, Option<AttemptHandle>), StoreError> {
+        check_text("provider", &start.provider)?;
+        let first = (start.provider.clone(), lease_ms(start.lease)?);
+        let insert = self.insert(new, Some(first))?;
+        let out = on_engine!(self, write, |c, sql| ops::create(c, sql, &insert))?;
+        if let (Created::New(job), Some(handle)) = &out {
+            tracing::info!(job_id = %job.id, attempt = handle.ordinal, provider = %handle.provider, "attempt started");
+        }
+        Ok(out)
+    }
+
+    fn insert(&self, new: &NewJob, first: Option<(String, i64)>) -> Result<Insert, StoreError> {
         check_text("owner", &new.owner.0)?;
         check_text("route", &new.route)?;
         check_text("contract", &new.contract)?;
@@ -157,31 +239,11 @@ impl Store {
                 reason: e.to_string(),
             })?,
         };
-        let id = JobId(uuid::Uuid::now_v7().to_string());
-        let inserted = sqlx::query(&self.sql.insert_job)
-            .bind(&id.0)
-            .bind(&new.owner.0)
-            .bind(new.key.as_str())
-            .bind(&new.route)
-            .bind(&new.contract)
-            .bind(&new.contract_digest)
-            .bind(new.input.to_string())
-            .bind(fingerprint.as_str())
-            .bind(i64::from(new.hedgeable))
-            .fetch_optional(&self.writer)
-            .await?;
-        if let Some(row) = inserted {
-            return Ok(Created::New(job_from_row(&row)?));
-        }
-        let existing = sqlx::query(&self.sql.select_job_by_key)
-            .bind(&new.owner.0)
-            .bind(new.key.as_str())
-            .fetch_one(&self.writer)
-            .await?;
-        let job = job_from_row(&existing)?;
-        Ok(match job.fingerprint == fingerprint {
-            true => Created::Replayed(job),
-            false => Created::Conflict,
+        Ok(Insert {
+            id: JobId(uuid::Uuid::now_v7().to_string()),
+            new: new.clone(),
+            fingerprint,
+            first,
         })
     }
 
@@ -194,63 +256,17 @@ impl Store {
     ) -> Result<AttemptHandle, StoreError> {
         check_text("provider", &start.provider)?;
         let lease = lease_ms(start.lease)?;
-        let mut tx = self.begin_write().await?;
-        // Locks the job and marks it running; a refusal below rolls it back.
-        let locked = self
-            .lock_job(&mut tx, &self.sql.claim_job, owner, job_id)
-            .await?;
-        job_after(locked.state, JobEvent::AttemptStarted)?;
-        if start.slot == Slot::Hedge {
-            if !locked.hedgeable {
-                return Err(StoreError::HedgeRefused {
-                    job_id: job_id.clone(),
-                    reason: "the job's contract has side effects",
-                });
-            }
-            let primary = sqlx::query(&self.sql.select_open_attempt)
-                .bind(&job_id.0)
-                .bind(Slot::Primary.as_i64())
-                .fetch_optional(&mut *tx)
-                .await?;
-            if primary.is_none() {
-                return Err(StoreError::HedgeRefused {
-                    job_id: job_id.clone(),
-                    reason: "no attempt is open to hedge",
-                });
-            }
-        }
-        let inserted = sqlx::query(&self.sql.insert_attempt)
-            .bind(&job_id.0)
-            .bind(start.slot.as_i64())
-            .bind(i64::from(locked.hedgeable))
-            .bind(&start.provider)
-            .bind(locked.version)
-            .bind(lease)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(row) = inserted else {
-            let open = sqlx::query(&self.sql.select_open_attempt)
-                .bind(&job_id.0)
-                .bind(start.slot.as_i64())
-                .fetch_one(&mut *tx)
-                .await?;
-            let open = attempt_from_row(&open)?;
-            return Err(StoreError::AttemptOpen {
-                job_id: job_id.clone(),
-                ordinal: open.ordinal,
-                state: open.state,
-            });
-        };
-        let attempt = attempt_from_row(&row)?;
-        tx.commit().await?;
-        tracing::info!(job_id = %job_id, attempt = attempt.ordinal, provider = %attempt.provider, "attempt started");
-        Ok(AttemptHandle {
-            job_id: attempt.job_id,
-            ordinal: attempt.ordinal,
-            slot: attempt.slot,
-            provider: attempt.provider,
-            base_version: attempt.base_version,
-        })
+        let (owner, job_id, provider) = (owner.clone(), job_id.clone(), start.provider.clone());
+        let slot = start.slot;
+        let handle = on_engine!(self, write, |c, sql| ops::start_attempt(
+            c,
+            sql,
+            &owner,
+            &job_id,
+            (slot, &provider, lease)
+        ))?;
+        tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, provider = %handle.provider, "attempt started");
+        Ok(handle)
     }
 
     /// Renews a started attempt's lease. Refused once the lease has expired
@@ -262,26 +278,10 @@ impl Store {
         lease: Duration,
     ) -> Result<(), StoreError> {
         let lease = lease_ms(lease)?;
-        let renewed = sqlx::query(&self.sql.heartbeat)
-            .bind(&handle.job_id.0)
-            .bind(handle.ordinal)
-            .bind(lease)
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
-        if renewed == 1 {
-            return Ok(());
-        }
-        let attempt = self
-            .attempt_on(&self.reader, &handle.job_id, handle.ordinal)
-            .await?;
-        match attempt.state {
-            AttemptState::Started => Err(StoreError::LeaseExpired {
-                job_id: handle.job_id.clone(),
-                ordinal: handle.ordinal,
-            }),
-            state => Err(refusal(state, AttemptEvent::Heartbeat)),
-        }
+        let handle = handle.clone();
+        on_engine!(self, single, |c, sql| ops::heartbeat(
+            c, sql, &handle, lease
+        ))
     }
 
     /// Records how an attempt ended. A result goes through compare-and-swap:
@@ -294,93 +294,36 @@ impl Store {
         handle: &AttemptHandle,
         outcome: Outcome,
     ) -> Result<Finish, StoreError> {
-        match outcome {
-            Outcome::Succeeded(result) => self.complete(handle, &result).await,
-            Outcome::Failed { error, give_up } => self.fail(handle, &error, give_up).await,
-        }
-    }
-
-    async fn complete(&self, handle: &AttemptHandle, result: &Value) -> Result<Finish, StoreError> {
-        let mut tx = self.begin_write().await?;
-        // The compare-and-swap: one statement; the row it returns is the
-        // proof it touched one.
-        let won = sqlx::query(&self.sql.complete_job)
-            .bind(&handle.job_id.0)
-            .bind(handle.base_version)
-            .bind(result.to_string())
-            .bind(handle.ordinal)
-            .fetch_optional(&mut *tx)
-            .await?;
-        if let Some(row) = won {
-            let job = job_from_row(&row)?;
-            self.close_attempt(&mut tx, handle, AttemptState::Succeeded, None)
-                .await?;
-            tx.commit().await?;
-            tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "attempt won; job succeeded");
-            return Ok(Finish::Won(Box::new(job)));
-        }
-        // Lost. The update matched no row, so it locked nothing: lock the job
-        // now, before the attempt, then close the attempt if it is still
-        // open and record the race.
-        let winner = self.lock_job_unscoped(&mut tx, &handle.job_id).await?;
-        let attempt = self
-            .attempt_on(&mut *tx, &handle.job_id, handle.ordinal)
-            .await?;
-        let reason = match attempt.state {
-            AttemptState::Cancelled => "the attempt had been cancelled out of band",
-            state if state.is_open() => "another attempt completed the job first",
-            state => return Err(refusal(state, AttemptEvent::Won)),
+        let owned = handle.clone();
+        let finish = match &outcome {
+            Outcome::Succeeded(result) => {
+                let result = result.clone();
+                on_engine!(self, write, |c, sql| ops::complete(c, sql, &owned, &result))?
+            }
+            Outcome::Failed { error, give_up } => {
+                let (error, give_up) = (error.clone(), *give_up);
+                on_engine!(self, write, |c, sql| ops::fail(
+                    c, sql, &owned, &error, give_up
+                ))?
+            }
         };
-        if attempt.state.is_open() {
-            self.close_attempt(&mut tx, handle, AttemptState::Lost, Some(reason))
-                .await?;
+        let (job_id, attempt) = (&handle.job_id, handle.ordinal);
+        match (&finish, &outcome) {
+            (Finish::Won(_), _) => {
+                tracing::info!(job_id = %job_id, attempt, "attempt won; job succeeded")
+            }
+            (Finish::Lost { winner }, _) => tracing::warn!(
+                job_id = %job_id,
+                attempt,
+                winner = ?winner,
+                "attempt lost the race; its result was discarded"
+            ),
+            (Finish::Failed, Outcome::Failed { error, .. }) => {
+                tracing::info!(job_id = %job_id, attempt, error, "attempt failed")
+            }
+            (Finish::Failed, Outcome::Succeeded(_)) => {}
         }
-        sqlx::query(&self.sql.record_race)
-            .bind(&handle.job_id.0)
-            .bind(uuid::Uuid::now_v7().to_string())
-            .bind(handle.ordinal)
-            .bind(reason)
-            .execute(&mut *tx)
-            .await?;
-        self.settle(&mut tx, &handle.job_id, JobState::Queued)
-            .await?;
-        tx.commit().await?;
-        tracing::warn!(
-            job_id = %handle.job_id,
-            attempt = handle.ordinal,
-            winner = ?winner,
-            reason,
-            "attempt lost the race; its result was discarded"
-        );
-        Ok(Finish::Lost { winner })
-    }
-
-    async fn fail(
-        &self,
-        handle: &AttemptHandle,
-        error: &str,
-        give_up: bool,
-    ) -> Result<Finish, StoreError> {
-        let mut tx = self.begin_write().await?;
-        self.lock_job_unscoped(&mut tx, &handle.job_id).await?;
-        let closed = self
-            .close_attempt(&mut tx, handle, AttemptState::Failed, Some(error))
-            .await?;
-        if !closed {
-            let attempt = self
-                .attempt_on(&mut *tx, &handle.job_id, handle.ordinal)
-                .await?;
-            return Err(refusal(attempt.state, AttemptEvent::Failed));
-        }
-        let idle = if give_up {
-            JobState::Failed
-        } else {
-            JobState::Queued
-        };
-        self.settle(&mut tx, &handle.job_id, idle).await?;
-        tx.commit().await?;
-        tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, error, "attempt failed");
-        Ok(Finish::Failed)
+        Ok(finish)
     }
 
     /// The attempt timed out after its request left: it becomes `unknown`,
@@ -390,24 +333,10 @@ impl Store {
         handle: &AttemptHandle,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        self.lock_job_unscoped(&mut tx, &handle.job_id).await?;
-        let marked = sqlx::query(&self.sql.mark_unknown)
-            .bind(&handle.job_id.0)
-            .bind(handle.ordinal)
-            .bind(reason)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if marked == 0 {
-            let attempt = self
-                .attempt_on(&mut *tx, &handle.job_id, handle.ordinal)
-                .await?;
-            return Err(refusal(attempt.state, AttemptEvent::TimedOut));
-        }
-        self.settle(&mut tx, &handle.job_id, JobState::Queued)
-            .await?;
-        tx.commit().await?;
+        let (owned, why) = (handle.clone(), reason.to_owned());
+        on_engine!(self, write, |c, sql| ops::mark_unknown(
+            c, sql, &owned, &why
+        ))?;
         tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, reason, "attempt unknown");
         Ok(())
     }
@@ -422,25 +351,10 @@ impl Store {
         ordinal: i64,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        self.lock_job(&mut tx, &self.sql.lock_job, owner, job_id)
-            .await?;
-        let handle = AttemptHandle {
-            job_id: job_id.clone(),
-            ordinal,
-            slot: Slot::Primary,
-            provider: String::new(),
-            base_version: 0,
-        };
-        let cancelled = self
-            .close_attempt(&mut tx, &handle, AttemptState::Cancelled, Some(reason))
-            .await?;
-        if !cancelled {
-            let attempt = self.attempt_on(&mut *tx, job_id, ordinal).await?;
-            return Err(refusal(attempt.state, AttemptEvent::Cancelled));
-        }
-        self.settle(&mut tx, job_id, JobState::Queued).await?;
-        tx.commit().await?;
+        let (owner, id, why) = (owner.clone(), job_id.clone(), reason.to_owned());
+        on_engine!(self, write, |c, sql| ops::cancel_attempt(
+            c, sql, &owner, &id, ordinal, &why
+        ))?;
         tracing::warn!(job_id = %job_id, attempt = ordinal, reason, "attempt cancelled out of band");
         Ok(())
     }
@@ -449,34 +363,14 @@ impl Store {
     /// database's clock) into `unknown`, and returns the attempts it moved.
     /// Safe to run from several routers at once: each attempt moves once.
     pub async fn reap_expired(&self) -> Result<Vec<AttemptRef>, StoreError> {
-        let expired = sqlx::query(&self.sql.select_expired)
-            .bind(REAP_BATCH)
-            .fetch_all(&self.reader)
-            .await?;
+        let expired = on_engine!(self, read, |c, sql| ops::expired(c, sql, REAP_BATCH))?;
         let mut reaped = Vec::new();
-        for row in expired {
-            let job_id = JobId(row.try_get("job_id")?);
-            let ordinal: i64 = row.try_get("ordinal")?;
-            let owner = OwnerId(row.try_get("owner_id")?);
-            let mut tx = self.begin_write().await?;
-            self.lock_job_unscoped(&mut tx, &job_id).await?;
-            let moved = sqlx::query(&self.sql.reap_attempt)
-                .bind(&job_id.0)
-                .bind(ordinal)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if moved == 1 {
-                self.settle(&mut tx, &job_id, JobState::Queued).await?;
-            }
-            tx.commit().await?;
-            if moved == 1 {
-                tracing::warn!(job_id = %job_id, attempt = ordinal, "lease expired; attempt unknown");
-                reaped.push(AttemptRef {
-                    owner,
-                    job_id,
-                    ordinal,
-                });
+        for attempt in expired {
+            let (job_id, ordinal) = (attempt.job_id.clone(), attempt.ordinal);
+            let moved = on_engine!(self, write, |c, sql| ops::reap(c, sql, &job_id, ordinal))?;
+            if moved {
+                tracing::warn!(job_id = %attempt.job_id, attempt = ordinal, "lease expired; attempt unknown");
+                reaped.push(attempt);
             }
         }
         Ok(reaped)
@@ -485,21 +379,12 @@ impl Store {
     /// How many attempts, of every owner, are `unknown` now: each waits for
     /// a late result, a reconciliation or an admin.
     pub async fn unknown_attempts(&self) -> Result<i64, StoreError> {
-        let row = sqlx::query(&self.sql.count_unknown)
-            .fetch_one(&self.reader)
-            .await?;
-        Ok(row.try_get("n")?)
+        on_engine!(self, read, |c, sql| ops::count_unknown(c, sql))
     }
 
     /// The owner's job; another owner's job is not found.
     pub async fn job(&self, owner: &OwnerId, job_id: &JobId) -> Result<Job, StoreError> {
-        let row = sqlx::query(&self.sql.select_job)
-            .bind(&job_id.0)
-            .bind(&owner.0)
-            .fetch_optional(&self.reader)
-            .await?
-            .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
-        job_from_row(&row)
+        on_engine!(self, read, |c, sql| ops::job(c, sql, owner, job_id))
     }
 
     /// The owner's job's attempts, in order.
@@ -508,163 +393,24 @@ impl Store {
         owner: &OwnerId,
         job_id: &JobId,
     ) -> Result<Vec<Attempt>, StoreError> {
-        self.job(owner, job_id).await?;
-        let rows = sqlx::query(&self.sql.select_attempts)
-            .bind(&job_id.0)
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter().map(attempt_from_row).collect()
+        Ok(self.job_and_attempts(owner, job_id).await?.1)
+    }
+
+    /// The owner's job and its attempts, in order, in one visit.
+    pub async fn job_and_attempts(
+        &self,
+        owner: &OwnerId,
+        job_id: &JobId,
+    ) -> Result<(Job, Vec<Attempt>), StoreError> {
+        on_engine!(self, read, |c, sql| ops::job_and_attempts(
+            c, sql, owner, job_id
+        ))
     }
 
     /// The races the owner's job has seen, oldest first.
     pub async fn races(&self, owner: &OwnerId, job_id: &JobId) -> Result<Vec<Race>, StoreError> {
-        self.job(owner, job_id).await?;
-        let rows = sqlx::query(&self.sql.select_races)
-            .bind(&job_id.0)
-            .bind(&owner.0)
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Race {
-                    loser_ordinal: row.try_get("loser_ordinal")?,
-                    winner_ordinal: row.try_get("winner_ordinal")?,
-                    reason: row.try_get("reason")?,
-                    at_ms: row.try_get("at_ms")?,
-                })
-            })
-            .collect()
+        on_engine!(self, read, |c, sql| ops::races(c, sql, owner, job_id))
     }
-
-    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        Ok(match self.backend {
-            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => {
-                self.writer
-                    .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
-                    .await?
-            }
-        })
-    }
-
-    /// Runs `statement` (`lock_job` or `claim_job`) on the owner's job, which
-    /// takes its row lock, and reads back its state.
-    async fn lock_job(
-        &self,
-        tx: &mut AnyTx,
-        statement: &str,
-        owner: &OwnerId,
-        job_id: &JobId,
-    ) -> Result<LockedJob, StoreError> {
-        let row = sqlx::query(statement)
-            .bind(&job_id.0)
-            .bind(&owner.0)
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
-        Ok(LockedJob {
-            state: parse_job_state(&row.try_get::<String, _>("state")?)?,
-            hedgeable: row.try_get::<i64, _>("hedgeable")? == 1,
-            version: row.try_get("version")?,
-        })
-    }
-
-    /// Locks the job of an attempt the caller already holds, and returns who
-    /// completed it, if anyone.
-    async fn lock_job_unscoped(
-        &self,
-        tx: &mut AnyTx,
-        job_id: &JobId,
-    ) -> Result<Option<i64>, StoreError> {
-        let row = sqlx::query(&self.sql.lock_job_unscoped)
-            .bind(&job_id.0)
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
-        Ok(row.try_get("completed_by")?)
-    }
-
-    /// Moves an open attempt to a closed state; false when it was not open.
-    async fn close_attempt(
-        &self,
-        tx: &mut AnyTx,
-        handle: &AttemptHandle,
-        to: AttemptState,
-        error: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        let closed = sqlx::query(&self.sql.close_attempt)
-            .bind(&handle.job_id.0)
-            .bind(handle.ordinal)
-            .bind(to.as_str())
-            .bind(error)
-            .execute(&mut **tx)
-            .await?
-            .rows_affected();
-        Ok(closed == 1)
-    }
-
-    async fn settle(
-        &self,
-        tx: &mut AnyTx,
-        job_id: &JobId,
-        idle: JobState,
-    ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.settle_job_state)
-            .bind(&job_id.0)
-            .bind(idle.as_str())
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
-    }
-
-    /// One attempt, read through a transaction or a pool.
-    async fn attempt_on<'e, E>(
-        &self,
-        executor: E,
-        job_id: &JobId,
-        ordinal: i64,
-    ) -> Result<Attempt, StoreError>
-    where
-        E: sqlx::Executor<'e, Database = sqlx::Any>,
-    {
-        let row = sqlx::query(&self.sql.select_attempt)
-            .bind(&job_id.0)
-            .bind(ordinal)
-            .fetch_optional(executor)
-            .await?
-            .ok_or_else(|| StoreError::AttemptNotFound {
-                job_id: job_id.clone(),
-                ordinal,
-            })?;
-        attempt_from_row(&row)
-    }
-}
-
-type AnyTx = sqlx::Transaction<'static, sqlx::Any>;
-
-struct LockedJob {
-    state: JobState,
-    hedgeable: bool,
-    version: i64,
-}
-
-/// The typed refusal for an event an attempt in `state` does not accept.
-fn refusal(state: AttemptState, event: AttemptEvent) -> StoreError {
-    match attempt_after(state, event) {
-        Err(e) => StoreError::Transition(e),
-        Ok(_) => StoreError::Corrupt(format!(
-            "attempt is {state} yet the guarded update touched no row"
-        )),
-    }
-}
-
-/// SQLite creates the file only when asked to.
-fn sqlite_url(url: &str) -> String {
-    if url.contains("mode=") {
-        return url.to_owned();
-    }
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}mode=rwc")
 }
 
 fn check_text(field: &'static str, value: &str) -> Result<(), StoreError> {
@@ -692,52 +438,5 @@ fn lease_ms(lease: Duration) -> Result<i64, StoreError> {
     i64::try_from(lease.as_millis()).map_err(|_| StoreError::Invalid {
         field: "lease",
         reason: "does not fit in milliseconds".to_owned(),
-    })
-}
-
-fn parse_job_state(s: &str) -> Result<JobState, StoreError> {
-    JobState::parse(s).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
-}
-
-fn job_from_row(row: &AnyRow) -> Result<Job, StoreError> {
-    let result: Option<String> = row.try_get("result")?;
-    Ok(Job {
-        id: JobId(row.try_get("id")?),
-        owner: OwnerId(row.try_get("owner_id")?),
-        key: row.try_get("idempotency_key")?,
-        route: row.try_get("route")?,
-        contract: row.try_get("contract")?,
-        contract_digest: row.try_get("contract_digest")?,
-        input: parse_json("input", &row.try_get::<String, _>("input")?)?,
-        fingerprint: Fingerprint::from_stored(row.try_get("fingerprint")?),
-        hedgeable: row.try_get::<i64, _>("hedgeable")? == 1,
-        state: parse_job_state(&row.try_get::<String, _>("state")?)?,
-        version: row.try_get("version")?,
-        result: result.map(|text| parse_json("result", &text)).transpose()?,
-        completed_by: row.try_get("completed_by")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        updated_at_ms: row.try_get("updated_at_ms")?,
-    })
-}
-
-fn attempt_from_row(row: &AnyRow) -> Result<Attempt, StoreError> {
-    let slot: i64 = row.try_get("slot")?;
-    let state: String = row.try_get("state")?;
-    Ok(Attempt {
-        job_id: JobId(row.try_get("job_id")?),
-        ordinal: row.try_get("ordinal")?,
-        slot: Slot::from_i64(slot).ok_or_else(|| StoreError::Corrupt(format!("slot {slot}")))?,
-        provider: row.try_get("provider")?,
-        state: AttemptState::parse(&state).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-        base_version: row.try_get("base_version")?,
-        started_at_ms: row.try_get("started_at_ms")?,
-        lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
-        unknown_since_ms: row.try_get("unknown_since_ms")?,
-        finished_at_ms: row.try_get("finished_at_ms")?,
-        error: row.try_get("error")?,
     })
 }

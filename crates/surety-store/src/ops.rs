@@ -1,0 +1,578 @@
+//! Every store operation, written once over [`Conn`]. The caller (the
+//! engine in `store.rs`) supplies the transaction: on PostgreSQL one per
+//! operation at READ COMMITTED, on SQLite a savepoint inside the writer
+//! thread's batch. An operation that returns an error has its writes
+//! rolled back.
+//!
+//! Lock order, on every path: the job's row first, then its attempts, so two
+//! transactions never wait on each other in a cycle.
+
+use serde_json::Value;
+use surety_core::{
+    AttemptEvent, AttemptState, Fingerprint, JobEvent, JobState, attempt_after, job_after,
+};
+
+use crate::conn::{Conn, Param, Val, Values};
+use crate::sql::Sql;
+use crate::{
+    Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, OwnerId, Race, Slot,
+    StoreError,
+};
+
+use Param::{Int, OptText, Text};
+
+/// A validated new job: its id and fingerprint chosen, its first attempt's
+/// provider and lease (in ms) when the caller starts one in the same commit.
+#[derive(Debug, Clone)]
+pub(crate) struct Insert {
+    pub(crate) id: JobId,
+    pub(crate) new: NewJob,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) first: Option<(String, i64)>,
+}
+
+/// Records the job, or finds the one this owner already made with this key.
+/// The unique constraint decides; the fingerprint comparison only tells a
+/// replay from a conflict. A new job may start its first attempt at once.
+pub(crate) async fn create<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    insert: &Insert,
+) -> Result<(Created, Option<AttemptHandle>), StoreError> {
+    let new = &insert.new;
+    let state = match insert.first {
+        Some(_) => JobState::Running,
+        None => JobState::Queued,
+    };
+    let inserted = c
+        .row(
+            &sql.insert_job,
+            &[
+                Text(&insert.id.0),
+                Text(&new.owner.0),
+                Text(new.key.as_str()),
+                Text(&new.route),
+                Text(&new.contract),
+                Text(&new.contract_digest),
+                Text(&new.input.to_string()),
+                Text(insert.fingerprint.as_str()),
+                Int(i64::from(new.hedgeable)),
+                Text(state.as_str()),
+            ],
+        )
+        .await?;
+    if let Some(row) = inserted {
+        let job = job_from(&row)?;
+        let handle = match &insert.first {
+            None => None,
+            Some((provider, lease)) => {
+                let start = (Slot::Primary, provider.as_str(), *lease);
+                let params = attempt_params(&job.id, job.hedgeable, job.version, start);
+                let row = c.row(&sql.insert_attempt, &params).await?.ok_or_else(|| {
+                    StoreError::Corrupt("a new job already has an open attempt".to_owned())
+                })?;
+                Some(handle_from(&attempt_from(&row)?))
+            }
+        };
+        return Ok((Created::New(job), handle));
+    }
+    let existing = c
+        .row(
+            &sql.select_job_by_key,
+            &[Text(&new.owner.0), Text(new.key.as_str())],
+        )
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("the key's job vanished".to_owned()))?;
+    let job = job_from(&existing)?;
+    Ok(match job.fingerprint == insert.fingerprint {
+        true => (Created::Replayed(job), None),
+        false => (Created::Conflict, None),
+    })
+}
+
+/// The parameters of `insert_attempt` for a job locked at `version`.
+fn attempt_params<'a>(
+    job_id: &'a JobId,
+    hedgeable: bool,
+    version: i64,
+    (slot, provider, lease): (Slot, &'a str, i64),
+) -> [Param<'a>; 6] {
+    [
+        Text(&job_id.0),
+        Int(slot.as_i64()),
+        Int(i64::from(hedgeable)),
+        Text(provider),
+        Int(version),
+        Int(lease),
+    ]
+}
+
+fn handle_from(attempt: &Attempt) -> AttemptHandle {
+    AttemptHandle {
+        job_id: attempt.job_id.clone(),
+        ordinal: attempt.ordinal,
+        slot: attempt.slot,
+        provider: attempt.provider.clone(),
+        base_version: attempt.base_version,
+    }
+}
+
+/// Starts an attempt, if no attempt of the job holds the slot.
+pub(crate) async fn start_attempt<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: &OwnerId,
+    job_id: &JobId,
+    start: (Slot, &str, i64),
+) -> Result<AttemptHandle, StoreError> {
+    let slot = start.0;
+    // Locks the job and marks it running; a refusal below rolls it back.
+    let locked = lock_job(c, &sql.claim_job, owner, job_id).await?;
+    job_after(locked.state, JobEvent::AttemptStarted)?;
+    if slot == Slot::Hedge {
+        if !locked.hedgeable {
+            return Err(StoreError::HedgeRefused {
+                job_id: job_id.clone(),
+                reason: "the job's contract has side effects",
+            });
+        }
+        let primary = c
+            .row(
+                &sql.select_open_attempt,
+                &[Text(&job_id.0), Int(Slot::Primary.as_i64())],
+            )
+            .await?;
+        if primary.is_none() {
+            return Err(StoreError::HedgeRefused {
+                job_id: job_id.clone(),
+                reason: "no attempt is open to hedge",
+            });
+        }
+    }
+    let params = attempt_params(job_id, locked.hedgeable, locked.version, start);
+    let Some(row) = c.row(&sql.insert_attempt, &params).await? else {
+        let open = c
+            .row(
+                &sql.select_open_attempt,
+                &[Text(&job_id.0), Int(slot.as_i64())],
+            )
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("the open attempt vanished".to_owned()))?;
+        let open = attempt_from(&open)?;
+        return Err(StoreError::AttemptOpen {
+            job_id: job_id.clone(),
+            ordinal: open.ordinal,
+            state: open.state,
+        });
+    };
+    Ok(handle_from(&attempt_from(&row)?))
+}
+
+/// Renews a started attempt's lease; refused once it expired or left `started`.
+pub(crate) async fn heartbeat<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    handle: &AttemptHandle,
+    lease: i64,
+) -> Result<(), StoreError> {
+    let renewed = c
+        .execute(
+            &sql.heartbeat,
+            &[Text(&handle.job_id.0), Int(handle.ordinal), Int(lease)],
+        )
+        .await?;
+    if renewed == 1 {
+        return Ok(());
+    }
+    let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
+    match attempt.state {
+        AttemptState::Started => Err(StoreError::LeaseExpired {
+            job_id: handle.job_id.clone(),
+            ordinal: handle.ordinal,
+        }),
+        state => Err(refusal(state, AttemptEvent::Heartbeat)),
+    }
+}
+
+/// A result, through compare-and-swap: it becomes the job's only if the job
+/// is still at the version the attempt started from, nobody completed it,
+/// and the attempt is still open. Otherwise the attempt is `lost`, the
+/// result is dropped and the race is recorded.
+pub(crate) async fn complete<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    handle: &AttemptHandle,
+    result: &Value,
+) -> Result<Finish, StoreError> {
+    // The compare-and-swap: one statement; the row it returns is the proof
+    // it touched one.
+    let won = c
+        .row(
+            &sql.complete_job,
+            &[
+                Text(&handle.job_id.0),
+                Int(handle.base_version),
+                Text(&result.to_string()),
+                Int(handle.ordinal),
+            ],
+        )
+        .await?;
+    if let Some(row) = won {
+        let job = job_from(&row)?;
+        close_attempt(c, sql, handle, AttemptState::Succeeded, None).await?;
+        return Ok(Finish::Won(Box::new(job)));
+    }
+    // Lost. The update matched no row, so it locked nothing: lock the job
+    // now, before the attempt, then close the attempt if it is still open
+    // and record the race.
+    let winner = lock_job_unscoped(c, sql, &handle.job_id).await?;
+    let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
+    let reason = match attempt.state {
+        AttemptState::Cancelled => "the attempt had been cancelled out of band",
+        state if state.is_open() => "another attempt completed the job first",
+        state => return Err(refusal(state, AttemptEvent::Won)),
+    };
+    if attempt.state.is_open() {
+        close_attempt(c, sql, handle, AttemptState::Lost, Some(reason)).await?;
+    }
+    let race_id = uuid::Uuid::now_v7().to_string();
+    c.execute(
+        &sql.record_race,
+        &[
+            Text(&handle.job_id.0),
+            Text(&race_id),
+            Int(handle.ordinal),
+            Text(reason),
+        ],
+    )
+    .await?;
+    settle(c, sql, &handle.job_id, JobState::Queued).await?;
+    Ok(Finish::Lost { winner })
+}
+
+/// A definite failure: the attempt is `failed`; the job waits for the next
+/// attempt, or is `failed` when the caller gives up.
+pub(crate) async fn fail<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    handle: &AttemptHandle,
+    error: &str,
+    give_up: bool,
+) -> Result<Finish, StoreError> {
+    lock_job_unscoped(c, sql, &handle.job_id).await?;
+    if !close_attempt(c, sql, handle, AttemptState::Failed, Some(error)).await? {
+        let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
+        return Err(refusal(attempt.state, AttemptEvent::Failed));
+    }
+    let idle = match give_up {
+        true => JobState::Failed,
+        false => JobState::Queued,
+    };
+    settle(c, sql, &handle.job_id, idle).await?;
+    Ok(Finish::Failed)
+}
+
+/// The attempt timed out after its request left: it becomes `unknown`, and
+/// so does its job unless another attempt is running.
+pub(crate) async fn mark_unknown<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    handle: &AttemptHandle,
+    reason: &str,
+) -> Result<(), StoreError> {
+    lock_job_unscoped(c, sql, &handle.job_id).await?;
+    let marked = c
+        .execute(
+            &sql.mark_unknown,
+            &[Text(&handle.job_id.0), Int(handle.ordinal), Text(reason)],
+        )
+        .await?;
+    if marked == 0 {
+        let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
+        return Err(refusal(attempt.state, AttemptEvent::TimedOut));
+    }
+    settle(c, sql, &handle.job_id, JobState::Queued).await
+}
+
+/// Resolves an open attempt out of band. The job's version does not move,
+/// so any other open attempt of the job is unaffected.
+pub(crate) async fn cancel_attempt<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: &OwnerId,
+    job_id: &JobId,
+    ordinal: i64,
+    reason: &str,
+) -> Result<(), StoreError> {
+    lock_job(c, &sql.lock_job, owner, job_id).await?;
+    let handle = AttemptHandle {
+        job_id: job_id.clone(),
+        ordinal,
+        slot: Slot::Primary,
+        provider: String::new(),
+        base_version: 0,
+    };
+    if !close_attempt(c, sql, &handle, AttemptState::Cancelled, Some(reason)).await? {
+        let attempt = attempt(c, sql, job_id, ordinal).await?;
+        return Err(refusal(attempt.state, AttemptEvent::Cancelled));
+    }
+    settle(c, sql, job_id, JobState::Queued).await
+}
+
+/// The attempts whose lease has expired, on the database's clock.
+pub(crate) async fn expired<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    limit: i64,
+) -> Result<Vec<AttemptRef>, StoreError> {
+    c.rows(&sql.select_expired, &[Int(limit)])
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(AttemptRef {
+                job_id: JobId(col(row, 0, "job_id")?.text("job_id")?),
+                ordinal: col(row, 1, "ordinal")?.int("ordinal")?,
+                owner: OwnerId(col(row, 2, "owner_id")?.text("owner_id")?),
+            })
+        })
+        .collect()
+}
+
+/// Turns one expired attempt `unknown`; false when a heartbeat or another
+/// reaper got there first.
+pub(crate) async fn reap<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+    ordinal: i64,
+) -> Result<bool, StoreError> {
+    lock_job_unscoped(c, sql, job_id).await?;
+    let moved = c
+        .execute(&sql.reap_attempt, &[Text(&job_id.0), Int(ordinal)])
+        .await?;
+    if moved == 1 {
+        settle(c, sql, job_id, JobState::Queued).await?;
+    }
+    Ok(moved == 1)
+}
+
+pub(crate) async fn count_unknown<C: Conn>(c: &mut C, sql: &Sql) -> Result<i64, StoreError> {
+    let row = c
+        .row(&sql.count_unknown, &[])
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("COUNT returned no row".to_owned()))?;
+    col(&row, 0, "n")?.int("n")
+}
+
+/// The owner's job; another owner's job is not found.
+pub(crate) async fn job<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: &OwnerId,
+    job_id: &JobId,
+) -> Result<Job, StoreError> {
+    let row = c
+        .row(&sql.select_job, &[Text(&job_id.0), Text(&owner.0)])
+        .await?
+        .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
+    job_from(&row)
+}
+
+/// The owner's job and its attempts, in order, read on one connection.
+pub(crate) async fn job_and_attempts<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: &OwnerId,
+    job_id: &JobId,
+) -> Result<(Job, Vec<Attempt>), StoreError> {
+    let job = job(c, sql, owner, job_id).await?;
+    let attempts = c
+        .rows(&sql.select_attempts, &[Text(&job_id.0)])
+        .await?
+        .iter()
+        .map(attempt_from)
+        .collect::<Result<_, _>>()?;
+    Ok((job, attempts))
+}
+
+/// The races the owner's job has seen, oldest first.
+pub(crate) async fn races<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: &OwnerId,
+    job_id: &JobId,
+) -> Result<Vec<Race>, StoreError> {
+    job(c, sql, owner, job_id).await?;
+    c.rows(&sql.select_races, &[Text(&job_id.0), Text(&owner.0)])
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(Race {
+                loser_ordinal: col(row, 0, "loser_ordinal")?.int("loser_ordinal")?,
+                winner_ordinal: col(row, 1, "winner_ordinal")?.opt_int("winner_ordinal")?,
+                reason: col(row, 2, "reason")?.text("reason")?,
+                at_ms: col(row, 3, "at_ms")?.int("at_ms")?,
+            })
+        })
+        .collect()
+}
+
+struct LockedJob {
+    state: JobState,
+    hedgeable: bool,
+    version: i64,
+}
+
+/// Runs `statement` (`lock_job` or `claim_job`) on the owner's job, which
+/// takes its row lock, and reads back its state.
+async fn lock_job<C: Conn>(
+    c: &mut C,
+    statement: &str,
+    owner: &OwnerId,
+    job_id: &JobId,
+) -> Result<LockedJob, StoreError> {
+    let row = c
+        .row(statement, &[Text(&job_id.0), Text(&owner.0)])
+        .await?
+        .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
+    Ok(LockedJob {
+        state: parse_job_state(&col(&row, 0, "state")?.text("state")?)?,
+        hedgeable: col(&row, 1, "hedgeable")?.int("hedgeable")? == 1,
+        version: col(&row, 2, "version")?.int("version")?,
+    })
+}
+
+/// Locks the job of an attempt the caller already holds, and returns who
+/// completed it, if anyone.
+async fn lock_job_unscoped<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+) -> Result<Option<i64>, StoreError> {
+    let row = c
+        .row(&sql.lock_job_unscoped, &[Text(&job_id.0)])
+        .await?
+        .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
+    col(&row, 0, "completed_by")?.opt_int("completed_by")
+}
+
+/// Moves an open attempt to a closed state; false when it was not open.
+async fn close_attempt<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    handle: &AttemptHandle,
+    to: AttemptState,
+    error: Option<&str>,
+) -> Result<bool, StoreError> {
+    let closed = c
+        .execute(
+            &sql.close_attempt,
+            &[
+                Text(&handle.job_id.0),
+                Int(handle.ordinal),
+                Text(to.as_str()),
+                OptText(error),
+            ],
+        )
+        .await?;
+    Ok(closed == 1)
+}
+
+/// A job that is not over takes its state from its open attempts; with none
+/// open it takes `idle`.
+async fn settle<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+    idle: JobState,
+) -> Result<(), StoreError> {
+    c.execute(
+        &sql.settle_job_state,
+        &[Text(&job_id.0), Text(idle.as_str())],
+    )
+    .await?;
+    Ok(())
+}
+
+/// One attempt (of a job the caller may see).
+pub(crate) async fn attempt<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+    ordinal: i64,
+) -> Result<Attempt, StoreError> {
+    let row = c
+        .row(&sql.select_attempt, &[Text(&job_id.0), Int(ordinal)])
+        .await?
+        .ok_or_else(|| StoreError::AttemptNotFound {
+            job_id: job_id.clone(),
+            ordinal,
+        })?;
+    attempt_from(&row)
+}
+
+/// The typed refusal for an event an attempt in `state` does not accept.
+fn refusal(state: AttemptState, event: AttemptEvent) -> StoreError {
+    match attempt_after(state, event) {
+        Err(e) => StoreError::Transition(e),
+        Ok(_) => StoreError::Corrupt(format!(
+            "attempt is {state} yet the guarded update touched no row"
+        )),
+    }
+}
+
+fn col<'r>(row: &'r Values, i: usize, name: &str) -> Result<&'r Val, StoreError> {
+    row.get(i)
+        .ok_or_else(|| StoreError::Corrupt(format!("no column {i} ({name})")))
+}
+
+fn parse_job_state(s: &str) -> Result<JobState, StoreError> {
+    JobState::parse(s).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
+}
+
+/// A job from a row of `sql::JOB_COLUMNS`, in their order.
+fn job_from(row: &Values) -> Result<Job, StoreError> {
+    let get = |i: usize, name: &str| col(row, i, name);
+    let result = get(11, "result")?.opt_text("result")?;
+    Ok(Job {
+        id: JobId(get(0, "id")?.text("id")?),
+        owner: OwnerId(get(1, "owner_id")?.text("owner_id")?),
+        key: get(2, "idempotency_key")?.text("idempotency_key")?,
+        route: get(3, "route")?.text("route")?,
+        contract: get(4, "contract")?.text("contract")?,
+        contract_digest: get(5, "contract_digest")?.text("contract_digest")?,
+        input: parse_json("input", &get(6, "input")?.text("input")?)?,
+        fingerprint: Fingerprint::from_stored(get(7, "fingerprint")?.text("fingerprint")?),
+        hedgeable: get(8, "hedgeable")?.int("hedgeable")? == 1,
+        state: parse_job_state(&get(9, "state")?.text("state")?)?,
+        version: get(10, "version")?.int("version")?,
+        result: result.map(|text| parse_json("result", &text)).transpose()?,
+        completed_by: get(12, "completed_by")?.opt_int("completed_by")?,
+        created_at_ms: get(13, "created_at_ms")?.int("created_at_ms")?,
+        updated_at_ms: get(14, "updated_at_ms")?.int("updated_at_ms")?,
+    })
+}
+
+/// An attempt from a row of `sql::ATTEMPT_COLUMNS`, in their order.
+fn attempt_from(row: &Values) -> Result<Attempt, StoreError> {
+    let get = |i: usize, name: &str| col(row, i, name);
+    let slot = get(2, "slot")?.int("slot")?;
+    let state = get(4, "state")?.text("state")?;
+    Ok(Attempt {
+        job_id: JobId(get(0, "job_id")?.text("job_id")?),
+        ordinal: get(1, "ordinal")?.int("ordinal")?,
+        slot: Slot::from_i64(slot).ok_or_else(|| StoreError::Corrupt(format!("slot {slot}")))?,
+        provider: get(3, "provider")?.text("provider")?,
+        state: AttemptState::parse(&state).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        base_version: get(5, "base_version")?.int("base_version")?,
+        started_at_ms: get(6, "started_at_ms")?.int("started_at_ms")?,
+        lease_expires_at_ms: get(7, "lease_expires_at_ms")?.int("lease_expires_at_ms")?,
+        unknown_since_ms: get(8, "unknown_since_ms")?.opt_int("unknown_since_ms")?,
+        finished_at_ms: get(9, "finished_at_ms")?.opt_int("finished_at_ms")?,
+        error: get(10, "error")?.opt_text("error")?,
+    })
+}

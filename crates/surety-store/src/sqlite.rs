@@ -1,0 +1,278 @@
+//! SQLite: one writer thread that owns the only writing connection, and a
+//! small pool of reading connections used in place.
+//!
+//! Writes queue to the writer thread whole (an operation, not a statement),
+//! so a write costs one hand-off however many statements it runs. The
+//! thread drains what has queued into one `BEGIN IMMEDIATE` transaction,
+//! each operation inside a savepoint of its own (an operation that fails is
+//! rolled back alone), and commits once: group commit. Nobody hears back
+//! before the commit that made their write durable has returned.
+//!
+//! Reads run on the caller's thread on a pooled connection: in WAL mode a
+//! reader sees the last commit and never waits for the writer.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use crate::StoreError;
+use crate::conn::Lite;
+
+/// The most operations one transaction carries.
+const MAX_BATCH: usize = 256;
+
+/// The schema, in the file PostgreSQL's migrator reads too.
+const MIGRATIONS: [&str; 1] = [include_str!("../migrations/0001_jobs_and_attempts.sql")];
+
+/// An operation queued for the writer.
+trait Write: Send {
+    /// Runs the operation; false when it failed (and must be rolled back).
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Answers the caller once the transaction's fate is known.
+    fn reply(self: Box<Self>, commit: Result<(), String>);
+}
+
+struct Op<T, F> {
+    op: Option<F>,
+    result: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Write for Op<T, F>
+where
+    T: Send,
+    F: FnOnce(&mut Lite<'_>) -> Result<T, StoreError> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let Some(op) = self.op.take() else {
+            return false;
+        };
+        let result = op(&mut Lite(conn));
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn reply(self: Box<Self>, commit: Result<(), String>) {
+        let answer = match (self.result, commit) {
+            // A failed operation was rolled back whatever became of the rest.
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (Some(Ok(_)) | None, Err(reason)) => Err(StoreError::NotCommitted(reason)),
+            (None, Ok(())) => Err(StoreError::NotCommitted("the write never ran".to_owned())),
+        };
+        // The caller may have given up waiting; the write stands regardless.
+        let _ = self.reply.send(answer);
+    }
+}
+
+enum Msg {
+    Write(Box<dyn Write>),
+    Close(oneshot::Sender<()>),
+}
+
+/// The SQLite engine.
+#[derive(Debug)]
+pub(crate) struct Sqlite {
+    writer: mpsc::Sender<Msg>,
+    readers: Mutex<Vec<Connection>>,
+    max_readers: usize,
+    path: PathBuf,
+    busy_timeout: Duration,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Msg::Write(_) => "Write",
+            Msg::Close(_) => "Close",
+        })
+    }
+}
+
+impl Sqlite {
+    /// Opens (creating) the file at `url` (`sqlite:path`, `sqlite://path`,
+    /// with or without `?mode=...`), migrates it, and starts the writer.
+    pub(crate) fn open(
+        url: &str,
+        max_readers: usize,
+        busy_timeout: Duration,
+    ) -> Result<Arc<Sqlite>, StoreError> {
+        let path = sqlite_path(url)?;
+        let conn = connect(&path, busy_timeout)?;
+        migrate(&conn)?;
+        let (writer, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("surety-sqlite-writer".to_owned())
+            .spawn(move || write_loop(&conn, &queue))
+            .map_err(|e| StoreError::NotCommitted(format!("cannot start the writer: {e}")))?;
+        Ok(Arc::new(Sqlite {
+            writer,
+            readers: Mutex::new(Vec::new()),
+            max_readers: max_readers.max(1),
+            path,
+            busy_timeout,
+        }))
+    }
+
+    /// Queues `op` for the writer and waits until its transaction commits.
+    pub(crate) async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Lite<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let op = Op {
+            op: Some(op),
+            result: None,
+            reply,
+        };
+        self.writer
+            .send(Msg::Write(Box::new(op)))
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `op` on a reading connection, here and now.
+    pub(crate) fn read<T>(
+        &self,
+        op: impl FnOnce(&mut Lite<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.pool().pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => connect(&self.path, self.busy_timeout)?,
+        };
+        let result = op(&mut Lite(&conn));
+        let mut pool = self.pool();
+        if pool.len() < self.max_readers {
+            pool.push(conn);
+        }
+        result
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        // A panic while holding the lock leaves only a list of connections.
+        self.readers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the writer after what is queued, and closes every connection.
+    pub(crate) async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.writer.send(Msg::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
+        self.pool().clear();
+    }
+}
+
+fn sqlite_path(url: &str) -> Result<PathBuf, StoreError> {
+    let rest = url
+        .strip_prefix("sqlite:")
+        .ok_or_else(|| StoreError::UnsupportedUrl(url.to_owned()))?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path.contains(":memory:") {
+        return Err(StoreError::Invalid {
+            field: "database url",
+            reason: "SQLite needs a file path (an in-memory database cannot be shared by the writer and the readers)".to_owned(),
+        });
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn connect(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Applies the migrations the file has not seen; `user_version` counts them.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let applied = (|| -> Result<(), StoreError> {
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let start = usize::try_from(version).unwrap_or(usize::MAX);
+        for (i, migration) in MIGRATIONS.iter().enumerate().skip(start) {
+            conn.execute_batch(migration)?;
+            conn.pragma_update(None, "user_version", i + 1)?;
+        }
+        Ok(())
+    })();
+    match applied {
+        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Msg>) {
+    let mut batch: Vec<Box<dyn Write>> = Vec::with_capacity(MAX_BATCH);
+    while let Ok(first) = queue.recv() {
+        let mut close = None;
+        match first {
+            Msg::Write(w) => batch.push(w),
+            Msg::Close(done) => close = Some(done),
+        }
+        while close.is_none() && batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(Msg::Write(w)) => batch.push(w),
+                Ok(Msg::Close(done)) => close = Some(done),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            run_batch(conn, &mut batch);
+        }
+        if let Some(done) = close {
+            let _ = done.send(());
+            return;
+        }
+    }
+}
+
+/// One transaction for the whole batch, a savepoint for each operation.
+fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Write>>) {
+    let commit = (|| -> Result<(), rusqlite::Error> {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        if let [only] = batch.as_mut_slice() {
+            return match only.run(conn) {
+                true => conn.execute_batch("COMMIT"),
+                false => conn.execute_batch("ROLLBACK"),
+            };
+        }
+        for op in batch.iter_mut() {
+            conn.prepare_cached("SAVEPOINT op")?.execute([])?;
+            if !op.run(conn) {
+                conn.prepare_cached("ROLLBACK TO op")?.execute([])?;
+            }
+            conn.prepare_cached("RELEASE op")?.execute([])?;
+        }
+        conn.execute_batch("COMMIT")
+    })();
+    let commit = commit.map_err(|e| {
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        tracing::error!(error = %e, writes = batch.len(), "a SQLite write batch did not commit");
+        e.to_string()
+    });
+    for op in batch.drain(..) {
+        op.reply(commit.clone());
+    }
+}
