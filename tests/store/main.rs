@@ -23,4 +23,6 @@ surety_tests::both_engines!(scenarios:
     two_reapers_move_each_attempt_once,
     bad_input_gets_typed_errors_and_changes_nothing,
     a_failure_moves_on_or_gives_up,
+    create_and_start_commits_the_job_and_its_first_attempt_together,
+    a_refused_write_undoes_only_itself,
 );

@@ -968,3 +968,117 @@ pub async fn a_failure_moves_on_or_gives_up(db: &TestDb) {
         .unwrap();
     assert_eq!(c.ordinal, 3);
 }
+
+pub async fn create_and_start_commits_the_job_and_its_first_attempt_together(db: &TestDb) {
+    let store = db.store().await;
+    let new = new_job("acme", "click-7", json!({"ticket": "refund please"}));
+    let mut clicks = tokio::task::JoinSet::new();
+    for _ in 0..30 {
+        let (store, new) = (store.clone(), new.clone());
+        clicks.spawn(async move {
+            store
+                .create_and_start(&new, &start("openai", Slot::Primary))
+                .await
+                .unwrap()
+        });
+    }
+    let answers = clicks.join_all().await;
+    let started: Vec<_> = answers
+        .iter()
+        .filter_map(|(created, handle)| match created {
+            Created::New(job) => Some((job, handle.clone().expect("a new job's attempt"))),
+            Created::Replayed(_) => {
+                assert!(handle.is_none(), "a replay starts nothing");
+                None
+            }
+            Created::Conflict => panic!("the same intent conflicted"),
+        })
+        .collect();
+    assert_eq!(started.len(), 1, "one click created and started the job");
+    let (job, handle) = &started[0];
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!((handle.ordinal, handle.base_version), (1, job.version));
+    assert_eq!(db.count("SELECT COUNT(*) FROM attempts").await, 1);
+    // The attempt is an ordinary one: it finishes through compare-and-swap.
+    let won = store
+        .finish_attempt(handle, Outcome::Succeeded(json!({"ok": true})))
+        .await
+        .unwrap();
+    assert!(matches!(won, Finish::Won(_)), "{won:?}");
+
+    // A different intent under the key conflicts and starts nothing; bad
+    // input is refused before anything is written.
+    let before = db.snapshot().await;
+    let other = new_job("acme", "click-7", json!({"ticket": "something else"}));
+    let (created, handle) = store
+        .create_and_start(&other, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    assert!(matches!(created, Created::Conflict) && handle.is_none());
+    let fresh = new_job("acme", "click-8", json!({}));
+    let refused = store
+        .create_and_start(&fresh, &start("", Slot::Primary))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            StoreError::Invalid {
+                field: "provider",
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert_eq!(db.snapshot().await, before);
+}
+
+/// Many writes at once, half of them refused after they wrote something:
+/// each refused write is undone alone, whatever it was committed with.
+pub async fn a_refused_write_undoes_only_itself(db: &TestDb) {
+    let store = db.store().await;
+    let mut jobs = Vec::new();
+    for i in 0..24 {
+        let new = new_job("acme", &format!("batch-{i}"), json!({"i": i}));
+        jobs.push(create_new(&store, &new).await);
+    }
+    let mut writes = tokio::task::JoinSet::new();
+    for (i, job) in jobs.iter().enumerate() {
+        // The hedge claims the job (marks it running) and is then refused:
+        // the contract has side effects. The claim must be undone.
+        let (s, id) = (store.clone(), job.id.clone());
+        writes.spawn(async move {
+            let refused = s
+                .start_attempt(&owner("acme"), &id, &start("b", Slot::Hedge))
+                .await;
+            (i, "hedge", refused.is_ok())
+        });
+        if i % 2 == 0 {
+            let (s, id) = (store.clone(), job.id.clone());
+            writes.spawn(async move {
+                let started = s
+                    .start_attempt(&owner("acme"), &id, &start("a", Slot::Primary))
+                    .await;
+                (i, "primary", started.is_ok())
+            });
+        }
+    }
+    for (i, kind, ok) in writes.join_all().await {
+        assert_eq!(ok, kind == "primary", "job {i}: the {kind} start");
+    }
+    for (i, job) in jobs.iter().enumerate() {
+        let attempts = store.attempts(&owner("acme"), &job.id).await.unwrap();
+        let state = store.job(&owner("acme"), &job.id).await.unwrap().state;
+        match i % 2 {
+            0 => {
+                assert_eq!(state, JobState::Running, "job {i}");
+                assert_eq!(attempts.len(), 1, "job {i}");
+                assert_eq!(attempts[0].provider, "a");
+            }
+            _ => {
+                assert_eq!(state, JobState::Queued, "job {i}: the refused claim was undone");
+                assert!(attempts.is_empty(), "job {i}");
+            }
+        }
+    }
+}
