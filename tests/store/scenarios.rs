@@ -1076,7 +1076,11 @@ pub async fn a_refused_write_undoes_only_itself(db: &TestDb) {
                 assert_eq!(attempts[0].provider, "a");
             }
             _ => {
-                assert_eq!(state, JobState::Queued, "job {i}: the refused claim was undone");
+                assert_eq!(
+                    state,
+                    JobState::Queued,
+                    "job {i}: the refused claim was undone"
+                );
                 assert!(attempts.is_empty(), "job {i}");
             }
         }

@@ -14,12 +14,15 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use surety_contracts::Contract;
 use surety_core::{Fingerprint, IdempotencyKey, JobState};
-use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
+use surety_store::{
+    Attempt, AttemptHandle, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt,
+};
 
 use crate::AppState;
 use crate::config::{ApiKey, Route};
 use crate::dispatch::{self, Drive};
 use crate::error::{ApiError, Problem};
+use crate::settled::Waiter;
 
 /// The longest `Prefer: wait` honoured, in seconds.
 const MAX_WAIT: u64 = 60;
@@ -140,26 +143,28 @@ async fn create_job(
         hedgeable: contract.hedgeable(),
         fingerprint: None,
     };
-    let (job, replayed) = create_or_replay(&state, &new, |job_id| Drive {
-        owner: owner.clone(),
-        job_id,
-        route,
-        input: request.input,
-        first: None,
-        as_sent: false,
-        providers: eligible,
+    let wait = prefer_wait(&headers);
+    let created = create_or_replay(&state, &new, &eligible, wait.is_some(), |job_id, first| {
+        Drive {
+            owner: owner.clone(),
+            job_id,
+            route,
+            input: request.input,
+            first,
+            as_sent: false,
+            providers: eligible.clone(),
+        }
     })
     .await?;
-    let waited = match prefer_wait(&headers) {
-        Some(limit) => Some(wait_settled(&state, &owner, &job.id, limit).await?),
-        None => None,
-    };
-    let status = match (waited, replayed) {
-        (Some(false), _) => StatusCode::ACCEPTED,
+    let replayed = created.replayed;
+    let limit = wait.unwrap_or_default();
+    let (at_rest, job, attempts) = wait_at_rest(&state, &owner, created, limit).await?;
+    let status = match (at_rest, replayed) {
+        (false, _) => StatusCode::ACCEPTED,
         (_, true) => StatusCode::OK,
         (_, false) => StatusCode::CREATED,
     };
-    let mut response = (status, Json(job_view(&state, &owner, &job.id).await?)).into_response();
+    let mut response = (status, Json(render_job(&job, &attempts))).into_response();
     let headers = response.headers_mut();
     if replayed {
         headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
@@ -212,25 +217,54 @@ fn certified(
     Ok(eligible)
 }
 
-/// Creates the job, or finds the one this owner's key already names; a new
-/// job is dispatched at once. Returns the job and whether it was a replay.
+/// A job as a create request found or made it.
+struct CreatedJob {
+    job: Job,
+    replayed: bool,
+    /// Registered before the job was dispatched, when asked for.
+    waiter: Option<Waiter>,
+}
+
+/// Creates the job with its first attempt at `providers[0]`, in one commit,
+/// or finds the job this owner's key already names. A new job is dispatched
+/// at once, after the waiter (`watch`) is registered.
 async fn create_or_replay(
     state: &AppState,
     new: &NewJob,
-    drive: impl FnOnce(JobId) -> Drive,
-) -> Result<(Job, bool), ApiError> {
-    match state.inner.store.create_or_replay(new).await? {
-        Created::New(job) => {
+    providers: &[String],
+    watch: bool,
+    drive: impl FnOnce(JobId, Option<AttemptHandle>) -> Drive,
+) -> Result<CreatedJob, ApiError> {
+    let first = StartAttempt {
+        provider: providers
+            .first()
+            .cloned()
+            .ok_or_else(|| ApiError::internal("no eligible provider"))?,
+        slot: Slot::Primary,
+        lease: state.inner.lease,
+    };
+    match state.inner.store.create_and_start(new, &first).await? {
+        (Created::New(job), handle) => {
             state.inner.metrics.jobs_created.inc();
             tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
-            dispatch::spawn(state.clone(), drive(job.id.clone()));
-            Ok((job, false))
+            let waiter = watch.then(|| state.inner.settled.watch(&job.id));
+            dispatch::spawn(state.clone(), drive(job.id.clone(), handle));
+            Ok(CreatedJob {
+                job,
+                replayed: false,
+                waiter,
+            })
         }
-        Created::Replayed(job) => {
+        (Created::Replayed(job), _) => {
             state.inner.metrics.replays.inc();
-            Ok((job, true))
+            let waiter = watch.then(|| state.inner.settled.watch(&job.id));
+            Ok(CreatedJob {
+                job,
+                replayed: true,
+                waiter,
+            })
         }
-        Created::Conflict => {
+        (Created::Conflict, _) => {
             state.inner.metrics.conflicts.inc();
             Err(ApiError::new(
                 Problem::IdempotencyConflict,
@@ -246,31 +280,57 @@ fn at_rest(state: surety_core::JobState) -> bool {
     state.is_settled() || state == surety_core::JobState::Unknown
 }
 
-/// Waits until the job is at rest or `limit` passes; true when it is.
-async fn wait_settled(
+/// Waits until the job is at rest or `limit` passes, and returns whether it
+/// is, with the job and its attempts as they are then. The waiter was
+/// registered before the job was dispatched, so a job this request just
+/// created is running and nothing is read until it settles; a replay's job
+/// may have moved since it was read, so it is read again first. Without a
+/// waiter (the client did not ask to wait), the job as it is now, with true.
+async fn wait_at_rest(
     state: &AppState,
     owner: &OwnerId,
-    id: &JobId,
+    seen: CreatedJob,
     limit: Duration,
-) -> Result<bool, ApiError> {
-    let mut settled = state.inner.settled.subscribe();
+) -> Result<(bool, Job, Vec<Attempt>), ApiError> {
+    let seen_job = seen.job;
+    let Some(mut waiter) = seen.waiter else {
+        let (job, attempts) = state
+            .inner
+            .store
+            .job_and_attempts(owner, &seen_job.id)
+            .await?;
+        return Ok((true, job, attempts));
+    };
     let deadline = tokio::time::Instant::now() + limit;
+    let mut read_now = seen.replayed;
     loop {
-        if at_rest(state.inner.store.job(owner, id).await?.state) {
-            return Ok(true);
+        if read_now {
+            let (job, attempts) = state
+                .inner
+                .store
+                .job_and_attempts(owner, &seen_job.id)
+                .await?;
+            if at_rest(job.state) {
+                return Ok((true, job, attempts));
+            }
         }
-        // Woken by this router's own jobs settling; re-read now and then for
+        // Woken when this router settles the job; re-read now and then for
         // jobs another replica drives.
-        let wake = tokio::time::timeout(Duration::from_millis(250), settled.recv());
+        let wake = tokio::time::timeout(Duration::from_millis(250), waiter.changed());
         if tokio::time::timeout_at(deadline, wake).await.is_err() {
-            return Ok(at_rest(state.inner.store.job(owner, id).await?.state));
+            let (job, attempts) = state
+                .inner
+                .store
+                .job_and_attempts(owner, &seen_job.id)
+                .await?;
+            return Ok((at_rest(job.state), job, attempts));
         }
+        read_now = true;
     }
 }
 
 async fn job_view(state: &AppState, owner: &OwnerId, id: &JobId) -> Result<Value, ApiError> {
-    let job = state.inner.store.job(owner, id).await?;
-    let attempts = state.inner.store.attempts(owner, id).await?;
+    let (job, attempts) = state.inner.store.job_and_attempts(owner, id).await?;
     Ok(render_job(&job, &attempts))
 }
 
@@ -406,24 +466,19 @@ async fn chat_completions(
         hedgeable: contract.hedgeable(),
         fingerprint: Some(fingerprint),
     };
-    let (job, replayed) = create_or_replay(&state, &new, |job_id| Drive {
+    let created = create_or_replay(&state, &new, &eligible, true, |job_id, first| Drive {
         owner: owner.clone(),
         job_id,
         route,
         input: body,
-        first: None,
+        first,
         as_sent: true,
-        providers: eligible,
+        providers: eligible.clone(),
     })
     .await?;
-    wait_settled(
-        &state,
-        &owner,
-        &job.id,
-        state.inner.attempt_timeout + Duration::from_secs(5),
-    )
-    .await?;
-    let job = state.inner.store.job(&owner, &job.id).await?;
+    let replayed = created.replayed;
+    let limit = state.inner.attempt_timeout + Duration::from_secs(5);
+    let (_, job, attempts) = wait_at_rest(&state, &owner, created, limit).await?;
     let openai_error = |status: StatusCode, kind: &str, message: String| {
         (
             status,
@@ -447,7 +502,6 @@ async fn chat_completions(
         }))
         .into_response(),
         (JobState::Failed, _) => {
-            let attempts = state.inner.store.attempts(&owner, &job.id).await?;
             let last = attempts
                 .last()
                 .and_then(|a| a.error.clone())
@@ -515,7 +569,7 @@ async fn cancel(
         .attempts
         .with_label_values(&[provider, "cancelled"])
         .inc();
-    let _ = state.inner.settled.send(job_id.clone());
+    state.inner.settled.notify(&job_id);
     Ok(Json(job_view(&state, &owner, &job_id).await?))
 }
 

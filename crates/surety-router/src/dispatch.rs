@@ -69,7 +69,7 @@ pub fn spawn(state: AppState, drive: Drive) {
     tokio::spawn(async move {
         let job_id = drive.job_id.clone();
         run(&state, drive).await;
-        let _ = state.inner.settled.send(job_id);
+        state.inner.settled.notify(&job_id);
     });
 }
 
@@ -297,7 +297,7 @@ async fn attempt(
                 {
                     tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "late result arrived");
                     record(&late, &handle, result, &contract, give_up).await;
-                    let _ = late.inner.settled.send(handle.job_id.clone());
+                    late.inner.settled.notify(&handle.job_id);
                 }
             });
             End::Unknown

@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod error;
 pub mod manifest;
 pub mod metrics;
+pub mod settled;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,8 +19,7 @@ use std::time::Duration;
 
 use surety_contracts::Contract;
 use surety_providers::Provider;
-use surety_store::{JobId, Store};
-use tokio::sync::broadcast;
+use surety_store::Store;
 
 pub use api::app;
 pub use config::RouterConfig;
@@ -27,6 +27,7 @@ pub use config::RouterConfig;
 use crate::config::{ApiKey, Route};
 use crate::manifest::ManifestHolder;
 use crate::metrics::Metrics;
+use crate::settled::Settled;
 
 /// Everything a request handler or a dispatcher needs; cheap to clone.
 #[derive(Debug, Clone)]
@@ -47,8 +48,8 @@ pub struct Inner {
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
-    /// A job id each time a job settles here, for `Prefer: wait`.
-    pub settled: broadcast::Sender<JobId>,
+    /// Wakes the requests waiting on a job when it settles here.
+    pub settled: Arc<Settled>,
 }
 
 /// Serves the API on `listener` until `shutdown` completes.
@@ -111,7 +112,6 @@ impl AppState {
         };
         let manifest = ManifestHolder::new(&config.manifest, key);
         manifest.reload_if_changed();
-        let (settled, _) = broadcast::channel(1024);
         Ok(AppState {
             inner: Arc::new(Inner {
                 store,
@@ -125,7 +125,7 @@ impl AppState {
                 late_result_window: config.late_result_window,
                 lease: config.lease,
                 max_body_bytes: config.max_body_bytes,
-                settled,
+                settled: Arc::default(),
             }),
         })
     }
