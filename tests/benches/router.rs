@@ -5,6 +5,9 @@
 //! at fixed rates. Every job is durable before the provider call and the
 //! client waits for the answer (`Prefer: wait`). Figures go to stdout and,
 //! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).
+//! `SURETY_BENCH_SECS` sets a cell's length; `SURETY_BENCH_ENGINES` and
+//! `SURETY_BENCH_CELLS` (comma-separated engine names and load labels)
+//! choose a part of the table.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -86,16 +89,15 @@ async fn run() {
         "engine", "load", "router/s", "p50", "p99", "direct/s", "p50", "p99", "added p99"
     );
     for engine in [Engine::Sqlite, Engine::Postgres] {
+        if !chosen("SURETY_BENCH_ENGINES", engine_name(engine)) {
+            continue;
+        }
         let Some(db) = TestDb::new(engine).await else {
             continue;
         };
         let dir = tempfile::tempdir().unwrap();
         let (mut router, base) = start_router(&bin, &repo, &db, &fake, dir.path()).await;
-        let name = if engine == Engine::Sqlite {
-            "sqlite"
-        } else {
-            "postgres"
-        };
+        let name = engine_name(engine);
         let counter = Arc::new(AtomicU64::new(0));
         let mut loads: Vec<(String, Load)> = CLIENTS
             .iter()
@@ -107,6 +109,9 @@ async fn run() {
                 .map(|r| (format!("open {r}/s"), Load::Open(*r))),
         );
         for (label, load) in loads {
+            if !chosen("SURETY_BENCH_CELLS", &label) {
+                continue;
+            }
             let through = drive(&client, load, Target::Router(base.clone()), counter.clone()).await;
             let direct = drive(
                 &client,
@@ -147,6 +152,19 @@ async fn run() {
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     std::fs::write(out, serde_json::to_vec_pretty(&json!({"benchmark": "router", "seconds_per_cell": secs().as_secs_f64(), "cells": cells})).unwrap()).unwrap();
     println!("wrote {}", out.display());
+}
+
+fn engine_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Sqlite => "sqlite",
+        Engine::Postgres => "postgres",
+    }
+}
+
+/// Whether `item` is in the comma-separated list in `var` (all when unset),
+/// e.g. `SURETY_BENCH_ENGINES=sqlite SURETY_BENCH_CELLS="open 500/s"`.
+fn chosen(var: &str, item: &str) -> bool {
+    std::env::var(var).map_or(true, |list| list.split(',').any(|x| x.trim() == item))
 }
 
 async fn start_router(

@@ -10,6 +10,10 @@
 //!
 //! Reads run on the caller's thread on a pooled connection: in WAL mode a
 //! reader sees the last commit and never waits for the writer.
+//!
+//! Checkpoints (copying the WAL back into the database file, with its
+//! fsyncs) run on a thread of their own, never inside a writer's commit:
+//! SQLite's automatic checkpoint would stall every write queued behind it.
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -24,6 +28,8 @@ use crate::conn::Lite;
 
 /// The most operations one transaction carries.
 const MAX_BATCH: usize = 256;
+/// The least time between two checkpoints.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
 /// The schema, in the file PostgreSQL's migrator reads too.
 const MIGRATIONS: [&str; 1] = [include_str!("../migrations/0001_jobs_and_attempts.sql")];
@@ -105,11 +111,24 @@ impl Sqlite {
         let path = sqlite_path(url)?;
         let conn = connect(&path, busy_timeout)?;
         migrate(&conn)?;
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let checkpointer = connect(&path, busy_timeout)?;
+        let (committed, commits) = mpsc::sync_channel(1);
         let (writer, queue) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("surety-sqlite-writer".to_owned())
-            .spawn(move || write_loop(&conn, &queue))
-            .map_err(|e| StoreError::NotCommitted(format!("cannot start the writer: {e}")))?;
+        let spawn = |name: &str, work: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(work)
+                .map_err(|e| StoreError::NotCommitted(format!("cannot start {name}: {e}")))
+        };
+        spawn(
+            "surety-sqlite-checkpoint",
+            Box::new(move || checkpoint_loop(&checkpointer, &commits)),
+        )?;
+        spawn(
+            "surety-sqlite-writer",
+            Box::new(move || write_loop(&conn, &queue, &committed)),
+        )?;
         Ok(Arc::new(Sqlite {
             writer,
             readers: Mutex::new(Vec::new()),
@@ -221,7 +240,25 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     }
 }
 
-fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Msg>) {
+/// Checkpoints after commits, at most every [`CHECKPOINT_EVERY`]. PASSIVE:
+/// it copies what no reader still needs and never blocks the writer. Ends
+/// when the writer does.
+fn checkpoint_loop(conn: &Connection, commits: &mpsc::Receiver<()>) {
+    while commits.recv().is_ok() {
+        let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+        });
+        match checkpoint {
+            Ok((wal, copied)) => tracing::trace!(wal, copied, "checkpoint"),
+            Err(e) => {
+                tracing::warn!(error = %e, "a SQLite checkpoint failed; the WAL grows until one succeeds")
+            }
+        }
+        std::thread::sleep(CHECKPOINT_EVERY);
+    }
+}
+
+fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Msg>, committed: &mpsc::SyncSender<()>) {
     let mut batch: Vec<Box<dyn Write>> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = queue.recv() {
         let mut close = None;
@@ -238,6 +275,8 @@ fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Msg>) {
         }
         if !batch.is_empty() {
             run_batch(conn, &mut batch);
+            // One pending signal is enough: the checkpointer sees every commit so far.
+            let _ = committed.try_send(());
         }
         if let Some(done) = close {
             let _ = done.send(());
