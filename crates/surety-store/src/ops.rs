@@ -12,7 +12,7 @@ use surety_core::{
     AttemptEvent, AttemptState, Fingerprint, JobEvent, JobState, attempt_after, job_after,
 };
 
-use crate::conn::{Conn, Param, Val, Values};
+use crate::conn::{Conn, Param, Val};
 use crate::sql::Sql;
 use crate::{
     Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, OwnerId, Race, Slot,
@@ -40,27 +40,28 @@ pub(crate) async fn create<C: Conn>(
     insert: &Insert,
 ) -> Result<(Created, Option<AttemptHandle>), StoreError> {
     let new = &insert.new;
+    if let (Some((provider, lease)), Some(statement)) =
+        (&insert.first, &sql.insert_job_and_attempt)
+    {
+        // One statement where the engine can: no transaction to open.
+        let input = new.input.to_string();
+        let mut params = job_params(insert, &input);
+        params.extend([Text(provider), Int(*lease)]);
+        if let Some(row) = c.row(statement, &params).await? {
+            let (job, attempt) = row.split_at(JOB_COLUMNS);
+            let handle = handle_from(&attempt_from(attempt)?);
+            return Ok((Created::New(job_from(job)?), Some(handle)));
+        }
+        return replay_or_conflict(c, sql, insert).await;
+    }
     let state = match insert.first {
         Some(_) => JobState::Running,
         None => JobState::Queued,
     };
-    let inserted = c
-        .row(
-            &sql.insert_job,
-            &[
-                Text(&insert.id.0),
-                Text(&new.owner.0),
-                Text(new.key.as_str()),
-                Text(&new.route),
-                Text(&new.contract),
-                Text(&new.contract_digest),
-                Text(&new.input.to_string()),
-                Text(insert.fingerprint.as_str()),
-                Int(i64::from(new.hedgeable)),
-                Text(state.as_str()),
-            ],
-        )
-        .await?;
+    let input = new.input.to_string();
+    let mut params = job_params(insert, &input);
+    params.push(Text(state.as_str()));
+    let inserted = c.row(&sql.insert_job, &params).await?;
     if let Some(row) = inserted {
         let job = job_from(&row)?;
         let handle = match &insert.first {
@@ -76,6 +77,16 @@ pub(crate) async fn create<C: Conn>(
         };
         return Ok((Created::New(job), handle));
     }
+    replay_or_conflict(c, sql, insert).await
+}
+
+/// The job the key already names: a replay when the intent is the same.
+async fn replay_or_conflict<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    insert: &Insert,
+) -> Result<(Created, Option<AttemptHandle>), StoreError> {
+    let new = &insert.new;
     let existing = c
         .row(
             &sql.select_job_by_key,
@@ -88,6 +99,22 @@ pub(crate) async fn create<C: Conn>(
         true => (Created::Replayed(job), None),
         false => (Created::Conflict, None),
     })
+}
+
+/// The first parameters of `insert_job`, with the input as JSON text.
+fn job_params<'a>(insert: &'a Insert, input: &'a str) -> Vec<Param<'a>> {
+    let new = &insert.new;
+    vec![
+        Text(&insert.id.0),
+        Text(&new.owner.0),
+        Text(new.key.as_str()),
+        Text(&new.route),
+        Text(&new.contract),
+        Text(&new.contract_digest),
+        Text(input),
+        Text(insert.fingerprint.as_str()),
+        Int(i64::from(new.hedgeable)),
+    ]
 }
 
 /// The parameters of `insert_attempt` for a job locked at `version`.
@@ -378,18 +405,28 @@ pub(crate) async fn job<C: Conn>(
     job_from(&row)
 }
 
-/// The owner's job and its attempts, in order, read on one connection.
+/// The owner's job and its attempts, in order, in one statement.
 pub(crate) async fn job_and_attempts<C: Conn>(
     c: &mut C,
     sql: &Sql,
     owner: &OwnerId,
     job_id: &JobId,
 ) -> Result<(Job, Vec<Attempt>), StoreError> {
-    let job = job(c, sql, owner, job_id).await?;
-    let attempts = c
-        .rows(&sql.select_attempts, &[Text(&job_id.0)])
-        .await?
+    let rows = c
+        .rows(
+            &sql.select_job_with_attempts,
+            &[Text(&job_id.0), Text(&owner.0)],
+        )
+        .await?;
+    let first = rows
+        .first()
+        .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
+    let job = job_from(&first[..JOB_COLUMNS.min(first.len())])?;
+    let attempts = rows
         .iter()
+        .map(|row| row.split_at(JOB_COLUMNS.min(row.len())).1)
+        // A job without attempts comes as one row with NULL attempt columns.
+        .filter(|attempt| attempt.first().is_some_and(|v| *v != Val::Null))
         .map(attempt_from)
         .collect::<Result<_, _>>()?;
     Ok((job, attempts))
@@ -521,7 +558,7 @@ fn refusal(state: AttemptState, event: AttemptEvent) -> StoreError {
     }
 }
 
-fn col<'r>(row: &'r Values, i: usize, name: &str) -> Result<&'r Val, StoreError> {
+fn col<'r>(row: &'r [Val], i: usize, name: &str) -> Result<&'r Val, StoreError> {
     row.get(i)
         .ok_or_else(|| StoreError::Corrupt(format!("no column {i} ({name})")))
 }
@@ -534,8 +571,11 @@ fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
 }
 
+/// How many columns `sql::JOB_COLUMNS` lists.
+const JOB_COLUMNS: usize = 15;
+
 /// A job from a row of `sql::JOB_COLUMNS`, in their order.
-fn job_from(row: &Values) -> Result<Job, StoreError> {
+fn job_from(row: &[Val]) -> Result<Job, StoreError> {
     let get = |i: usize, name: &str| col(row, i, name);
     let result = get(11, "result")?.opt_text("result")?;
     Ok(Job {
@@ -558,7 +598,7 @@ fn job_from(row: &Values) -> Result<Job, StoreError> {
 }
 
 /// An attempt from a row of `sql::ATTEMPT_COLUMNS`, in their order.
-fn attempt_from(row: &Values) -> Result<Attempt, StoreError> {
+fn attempt_from(row: &[Val]) -> Result<Attempt, StoreError> {
     let get = |i: usize, name: &str| col(row, i, name);
     let slot = get(2, "slot")?.int("slot")?;
     let state = get(4, "state")?.text("state")?;

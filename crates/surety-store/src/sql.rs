@@ -10,6 +10,9 @@ use crate::Backend;
 #[derive(Debug)]
 pub struct Sql {
     pub insert_job: String,
+    /// A new job with its first attempt in one statement (a job columns'
+    /// row, then an attempt columns' row), where the engine can: PostgreSQL.
+    pub insert_job_and_attempt: Option<String>,
     pub select_job_by_key: String,
     pub select_job: String,
     pub lock_job: String,
@@ -17,7 +20,9 @@ pub struct Sql {
     pub insert_attempt: String,
     pub select_open_attempt: String,
     pub select_attempt: String,
-    pub select_attempts: String,
+    /// The owner's job's columns, then an attempt's (NULL without one), a
+    /// row per attempt in order.
+    pub select_job_with_attempts: String,
     pub claim_job: String,
     pub heartbeat: String,
     pub complete_job: String,
@@ -51,6 +56,8 @@ impl Sql {
                 .replace("{now}", now)
                 .replace("{job_columns}", JOB_COLUMNS)
                 .replace("{attempt_columns}", ATTEMPT_COLUMNS)
+                .replace("{j.job_columns}", &qualified("j", JOB_COLUMNS))
+                .replace("{a.attempt_columns}", &qualified("a", ATTEMPT_COLUMNS))
                 .replace("{open}", OPEN);
             match backend {
                 Backend::Postgres => filled,
@@ -65,6 +72,26 @@ impl Sql {
                  ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
                  RETURNING {job_columns}",
             ),
+            // Data-modifying CTEs: PostgreSQL only. The attempt's foreign key
+            // is checked at the end of the statement, when the job exists.
+            insert_job_and_attempt: (backend == Backend::Postgres).then(|| {
+                fill(
+                    "WITH job AS ( \
+                         INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
+                             contract_digest, input, fingerprint, hedgeable, state, version, \
+                             created_at_ms, updated_at_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', 0, {now}, {now}) \
+                         ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
+                         RETURNING {job_columns}), \
+                     attempt AS ( \
+                         INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
+                             base_version, started_at_ms, lease_expires_at_ms) \
+                         SELECT id, 1, 0, hedgeable, $10, 'started', version, {now}, {now} + $11 \
+                         FROM job \
+                         RETURNING {attempt_columns}) \
+                     SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",
+                )
+            }),
             select_job_by_key: fill(
                 "SELECT {job_columns} FROM jobs WHERE owner_id = $1 AND idempotency_key = $2",
             ),
@@ -95,8 +122,10 @@ impl Sql {
             select_attempt: fill(
                 "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal = $2",
             ),
-            select_attempts: fill(
-                "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 ORDER BY ordinal",
+            select_job_with_attempts: fill(
+                "SELECT {j.job_columns}, {a.attempt_columns} \
+                 FROM jobs j LEFT JOIN attempts a ON a.job_id = j.id \
+                 WHERE j.id = $1 AND j.owner_id = $2 ORDER BY a.ordinal",
             ),
             // Locks the job and marks it running in one statement, unless it
             // is over (then it is left as it is, and the caller refuses).
@@ -161,6 +190,15 @@ impl Sql {
             ),
         }
     }
+}
+
+/// `columns` ("a, b") as `table`'s ("t.a, t.b").
+fn qualified(table: &str, columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("{table}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// PostgreSQL's `$N` as SQLite's `?N`: SQLite reads `$N` as a named

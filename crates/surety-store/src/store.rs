@@ -216,7 +216,9 @@ impl Store {
         check_text("provider", &start.provider)?;
         let first = (start.provider.clone(), lease_ms(start.lease)?);
         let insert = self.insert(new, Some(first))?;
-        let out = on_engine!(self, write, |c, sql| ops::create(c, sql, &insert))?;
+        // PostgreSQL makes both in one statement (`insert_job_and_attempt`),
+        // so it needs no transaction of its own.
+        let out = on_engine!(self, single, |c, sql| ops::create(c, sql, &insert))?;
         if let (Created::New(job), Some(handle)) = &out {
             tracing::info!(job_id = %job.id, attempt = handle.ordinal, provider = %handle.provider, "attempt started");
         }
