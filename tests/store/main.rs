@@ -25,4 +25,5 @@ surety_tests::both_engines!(scenarios:
     a_failure_moves_on_or_gives_up,
     create_and_start_commits_the_job_and_its_first_attempt_together,
     a_refused_write_undoes_only_itself,
+    a_cancel_committed_while_the_result_waits_makes_it_lose,
 );

@@ -1086,3 +1086,56 @@ pub async fn a_refused_write_undoes_only_itself(db: &TestDb) {
         }
     }
 }
+
+/// An out-of-band cancel commits while the attempt's result waits for the
+/// job's lock: the result must see the cancel and lose, on every engine's
+/// path (PostgreSQL's one-statement compare-and-swap included).
+pub async fn a_cancel_committed_while_the_result_waits_makes_it_lose(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "race-1", json!({"q": 1}))).await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    // The admin's cancel, by hand, held open: job locked first, as the store does.
+    let mut admin = db.raw.begin().await.unwrap();
+    let lock = match db.engine {
+        surety_tests::Engine::Sqlite => "UPDATE jobs SET version = version",
+        surety_tests::Engine::Postgres => "SELECT id FROM jobs FOR UPDATE",
+    };
+    sqlx::query(lock).execute(&mut *admin).await.unwrap();
+    sqlx::query("UPDATE attempts SET state = 'cancelled', finished_at_ms = 0 WHERE ordinal = 1")
+        .execute(&mut *admin)
+        .await
+        .unwrap();
+    let finishing = tokio::spawn({
+        let (store, a) = (store.clone(), a.clone());
+        async move {
+            store
+                .finish_attempt(&a, Outcome::Succeeded(json!({"late": true})))
+                .await
+        }
+    });
+    if db.engine == surety_tests::Engine::Postgres {
+        // Commit only once the result waits on the job's lock.
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *admin)
+            .await
+            .unwrap();
+        db.wait_until_blocked_by(pid).await;
+    }
+    admin.commit().await.unwrap();
+    let finish = finishing.await.unwrap().unwrap();
+    assert_eq!(finish, Finish::Lost { winner: None });
+    let job = store.job(&acme, &job.id).await.unwrap();
+    assert_eq!(
+        (job.result, job.completed_by),
+        (None, None),
+        "the cancelled attempt's result was kept"
+    );
+    assert_eq!(
+        attempt_state(&store, &a, "acme").await,
+        AttemptState::Cancelled
+    );
+}

@@ -119,6 +119,25 @@ impl TestDb {
         self.raw.execute(sql).await.expect_err(sql)
     }
 
+    /// Waits until a session of PostgreSQL waits on a lock that the session
+    /// `pid` holds: the event a test needs before it lets that lock go.
+    /// Polls `pg_blocking_pids`, the only place PostgreSQL tells it.
+    pub async fn wait_until_blocked_by(&self, pid: i32) {
+        let sql = format!(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE {pid} = ANY(pg_blocking_pids(pid))"
+        );
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while self.count(&sql).await < 1 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(
+            waited.is_ok(),
+            "nobody came to wait on session {pid}'s lock"
+        );
+    }
+
     pub async fn count(&self, sql: &str) -> i64 {
         let row = sqlx::query(sql).fetch_one(&self.raw).await.expect(sql);
         row.try_get::<i64, _>(0).expect("a count")

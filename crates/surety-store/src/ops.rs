@@ -40,8 +40,7 @@ pub(crate) async fn create<C: Conn>(
     insert: &Insert,
 ) -> Result<(Created, Option<AttemptHandle>), StoreError> {
     let new = &insert.new;
-    if let (Some((provider, lease)), Some(statement)) =
-        (&insert.first, &sql.insert_job_and_attempt)
+    if let (Some((provider, lease)), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt)
     {
         // One statement where the engine can: no transaction to open.
         let input = new.input.to_string();
@@ -231,28 +230,22 @@ pub(crate) async fn complete<C: Conn>(
     handle: &AttemptHandle,
     result: &Value,
 ) -> Result<Finish, StoreError> {
+    // The job's lock first: on PostgreSQL a statement that waited for a row
+    // lock still reads other rows as of when it began, so the guards of the
+    // compare-and-swap are read by a statement that starts after the lock.
+    let winner = lock_job_unscoped(c, sql, &handle.job_id).await?;
     // The compare-and-swap: one statement; the row it returns is the proof
     // it touched one.
+    let result = result.to_string();
     let won = c
-        .row(
-            &sql.complete_job,
-            &[
-                Text(&handle.job_id.0),
-                Int(handle.base_version),
-                Text(&result.to_string()),
-                Int(handle.ordinal),
-            ],
-        )
+        .row(&sql.complete_job, &cas_params(handle, &result))
         .await?;
     if let Some(row) = won {
         let job = job_from(&row)?;
         close_attempt(c, sql, handle, AttemptState::Succeeded, None).await?;
         return Ok(Finish::Won(Box::new(job)));
     }
-    // Lost. The update matched no row, so it locked nothing: lock the job
-    // now, before the attempt, then close the attempt if it is still open
-    // and record the race.
-    let winner = lock_job_unscoped(c, sql, &handle.job_id).await?;
+    // Lost: close the attempt if it is still open and record the race.
     let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
     let reason = match attempt.state {
         AttemptState::Cancelled => "the attempt had been cancelled out of band",
@@ -275,6 +268,35 @@ pub(crate) async fn complete<C: Conn>(
     .await?;
     settle(c, sql, &handle.job_id, JobState::Queued).await?;
     Ok(Finish::Lost { winner })
+}
+
+/// The compare-and-swap in one statement, where the engine has it
+/// (`Sql::complete_and_close`): the job when the attempt won, `None` when
+/// it did not (and nothing changed), for [`complete`] to record the loss.
+pub(crate) async fn complete_at_once<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    handle: &AttemptHandle,
+    result: &Value,
+) -> Result<Option<Job>, StoreError> {
+    let Some(statement) = &sql.complete_and_close else {
+        return Ok(None);
+    };
+    let result = result.to_string();
+    let params = cas_params(handle, &result);
+    c.row(statement, &params)
+        .await?
+        .map(|row| job_from(&row))
+        .transpose()
+}
+
+fn cas_params<'a>(handle: &'a AttemptHandle, result: &'a str) -> [Param<'a>; 4] {
+    [
+        Text(&handle.job_id.0),
+        Int(handle.base_version),
+        Text(result),
+        Int(handle.ordinal),
+    ]
 }
 
 /// A definite failure: the attempt is `failed`; the job waits for the next

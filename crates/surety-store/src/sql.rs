@@ -26,6 +26,9 @@ pub struct Sql {
     pub claim_job: String,
     pub heartbeat: String,
     pub complete_job: String,
+    /// The compare-and-swap and the winner's close in one statement, where
+    /// the engine can (PostgreSQL); no row when the attempt did not win.
+    pub complete_and_close: Option<String>,
     pub close_attempt: String,
     pub mark_unknown: String,
     pub record_race: String,
@@ -148,6 +151,27 @@ impl Sql {
                              WHERE a.job_id = $1 AND a.ordinal = $4 AND a.state IN {open}) \
                  RETURNING {job_columns}",
             ),
+            // The job's row is locked first (`locked`, which reads its latest
+            // version), then the attempt is closed only if still open (an
+            // UPDATE rechecks its own row's latest version), then the job
+            // takes the result only if the attempt was closed. Every guard is
+            // read after the lock, so a cancel that committed while this
+            // waited is seen.
+            complete_and_close: (backend == Backend::Postgres).then(|| {
+                fill(
+                    "WITH locked AS ( \
+                         SELECT version, completed_by FROM jobs WHERE id = $1 FOR UPDATE), \
+                     closed AS ( \
+                         UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
+                         WHERE job_id = $1 AND ordinal = $4 AND state IN {open} \
+                         AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
+                         RETURNING ordinal) \
+                     UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
+                         version = version + 1, updated_at_ms = {now} \
+                     WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
+                     RETURNING {job_columns}",
+                )
+            }),
             close_attempt: fill(
                 "UPDATE attempts SET state = $3, error = $4, finished_at_ms = {now} \
                  WHERE job_id = $1 AND ordinal = $2 AND state IN {open}",

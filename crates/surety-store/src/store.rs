@@ -300,7 +300,21 @@ impl Store {
         let finish = match &outcome {
             Outcome::Succeeded(result) => {
                 let result = result.clone();
-                on_engine!(self, write, |c, sql| ops::complete(c, sql, &owned, &result))?
+                // One statement, no transaction, where the engine can; the
+                // loss (rare, and several statements) in a transaction.
+                let at_once = match &self.engine {
+                    Engine::Postgres(pool) => {
+                        let mut conn = pool.acquire().await?;
+                        ops::complete_at_once(&mut *conn, &self.sql, &owned, &result).await?
+                    }
+                    Engine::Sqlite(_) => None,
+                };
+                match at_once {
+                    Some(job) => Finish::Won(Box::new(job)),
+                    None => {
+                        on_engine!(self, write, |c, sql| ops::complete(c, sql, &owned, &result))?
+                    }
+                }
             }
             Outcome::Failed { error, give_up } => {
                 let (error, give_up) = (error.clone(), *give_up);
