@@ -1,27 +1,22 @@
-//! `cargo xtask bench store`: jobs per second for a job's whole life
-//! (create, start an attempt, finish it with compare-and-swap) through the
-//! store, beside a baseline measured in the same run: the same SQL issued
-//! raw through sqlx's native driver, with no store logic (no validation, no
-//! fingerprint, no error mapping, no row decoding, no logs).
-//!
-//! Both sides get the same connection layout (SQLite: one writer
-//! connection; PostgreSQL: one pool), so the ratio is the cost of the store's
-//! code. Figures go to stdout and, as JSON, to `$SURETY_BENCH_OUT`
+//! `cargo xtask bench store`: jobs per second for a job's whole life as the
+//! router lives it (create it with its first attempt, finish the attempt
+//! with compare-and-swap) through the store, beside a baseline measured in
+//! the same run: the same statements issued raw, with no store logic (no
+//! validation, no fingerprint, no error mapping, no row decoding, no logs)
+//! and no hand-off: on SQLite straight on one rusqlite connection behind a
+//! mutex, on PostgreSQL through one sqlx pool of the same size as the store's.
+//! The ratio is the cost of the store's code and of its writer thread. Figures go to stdout and, as JSON, to `$SURETY_BENCH_OUT`
 //! (default `target/bench/store.json`).
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
-use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
 use surety_core::{IdempotencyKey, Intent};
 use surety_store::{
     Backend, Created, NewJob, Outcome, OwnerId, Slot, Sql, StartAttempt, Store, StoreOptions,
@@ -50,7 +45,7 @@ async fn run() {
     let duration = cell_duration();
     let mut results = Vec::new();
     println!(
-        "store benchmark: a job's whole life (create, start attempt, finish with CAS), {duration:?} per cell"
+        "store benchmark: a job's whole life (create with its first attempt, finish with CAS), {duration:?} per cell"
     );
     println!(
         "{:<9} {:>7} {:>12} {:>12} {:>10}",
@@ -138,13 +133,11 @@ async fn measure_store(store: &Store, clients: usize, duration: Duration) -> f64
         let (store, start) = (store.clone(), start.clone());
         async move {
             let new = new_job(n);
-            let Created::New(job) = store.create_or_replay(&new).await.unwrap() else {
+            let (Created::New(_), Some(handle)) =
+                store.create_and_start(&new, &start).await.unwrap()
+            else {
                 panic!("not new")
             };
-            let handle = store
-                .start_attempt(&new.owner, &job.id, &start)
-                .await
-                .unwrap();
             store
                 .finish_attempt(&handle, Outcome::Succeeded(json!({"category": "billing"})))
                 .await
@@ -155,7 +148,7 @@ async fn measure_store(store: &Store, clients: usize, duration: Duration) -> f64
 }
 
 enum Raw {
-    Sqlite(SqlitePool),
+    Sqlite(Arc<Mutex<rusqlite::Connection>>),
     Postgres(PgPool),
 }
 
@@ -164,19 +157,14 @@ async fn open_raw(db: &TestDb, clients: usize) -> Raw {
     Store::open(&db.url).await.unwrap().close().await;
     match db.engine {
         Engine::Sqlite => {
-            let options = SqliteConnectOptions::from_str(&db.url)
-                .unwrap()
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal)
-                .busy_timeout(Duration::from_secs(5))
-                .foreign_keys(true);
-            Raw::Sqlite(
-                SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .connect_with(options)
-                    .await
-                    .unwrap(),
-            )
+            let path = db.url.trim_start_matches("sqlite:");
+            let path = path.split('?').next().unwrap();
+            let conn = rusqlite::Connection::open(path).unwrap();
+            conn.busy_timeout(Duration::from_secs(5)).unwrap();
+            conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+            conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
+            conn.pragma_update(None, "foreign_keys", "ON").unwrap();
+            Raw::Sqlite(Arc::new(Mutex::new(conn)))
         }
         Engine::Postgres => {
             let max = clients.clamp(1, 16) as u32;
@@ -191,66 +179,93 @@ async fn open_raw(db: &TestDb, clients: usize) -> Raw {
     }
 }
 
-/// The store's own statements, in the store's order, bound and sent as is.
-macro_rules! raw_life {
-    ($pool:expr, $sql:expr, $begin:expr, $n:expr, $fingerprint:expr) => {{
-        let (pool, sql) = ($pool, $sql);
-        let id = uuid::Uuid::now_v7().to_string();
-        let key = format!("bench-{}", $n);
-        let input = r#"{"customer":42,"ticket":"My card was charged twice"}"#;
-        sqlx::query(&sql.insert_job)
-            .bind(&id)
-            .bind("bench")
-            .bind(&key)
-            .bind("triage")
-            .bind("support-triage")
-            .bind("sha256:bench")
-            .bind(input)
-            .bind($fingerprint)
-            .bind(0i64)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        let mut tx = pool.begin_with($begin).await.unwrap();
-        let locked = sqlx::query(&sql.claim_job)
-            .bind(&id)
-            .bind("bench")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-        let version: i64 = locked.get("version");
-        let attempt = sqlx::query(&sql.insert_attempt)
-            .bind(&id)
-            .bind(0i64)
-            .bind(0i64)
-            .bind("fake")
-            .bind(version)
-            .bind(60_000i64)
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-        let ordinal: i64 = attempt.get("ordinal");
-        tx.commit().await.unwrap();
-        let mut tx = pool.begin_with($begin).await.unwrap();
-        let won = sqlx::query(&sql.complete_job)
-            .bind(&id)
-            .bind(version)
-            .bind(r#"{"category":"billing"}"#)
-            .bind(ordinal)
-            .fetch_optional(&mut *tx)
-            .await
-            .unwrap();
-        assert!(won.is_some());
-        sqlx::query(&sql.close_attempt)
-            .bind(&id)
-            .bind(ordinal)
-            .bind("succeeded")
-            .bind(None::<String>)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-    }};
+/// The job's life as the store writes it on SQLite, in the store's
+/// statements and order, run in place on one connection: no hand-off.
+fn raw_sqlite_life(conn: &rusqlite::Connection, sql: &Sql, n: u64, fingerprint: &str) {
+    let id = uuid::Uuid::now_v7().to_string();
+    let key = format!("bench-{n}");
+    let input = r#"{"customer":42,"ticket":"My card was charged twice"}"#;
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (hedgeable, version): (i64, i64) = conn
+        .prepare_cached(&sql.insert_job)
+        .unwrap()
+        .query_row(
+            rusqlite::params![
+                id,
+                "bench",
+                key,
+                "triage",
+                "support-triage",
+                "sha256:bench",
+                input,
+                fingerprint,
+                0i64,
+                "running"
+            ],
+            |row| Ok((row.get(8)?, row.get(10)?)),
+        )
+        .unwrap();
+    let ordinal: i64 = conn
+        .prepare_cached(&sql.insert_attempt)
+        .unwrap()
+        .query_row(
+            rusqlite::params![id, 0i64, hedgeable, "fake", version, 60_000i64],
+            |row| row.get(1),
+        )
+        .unwrap();
+    conn.execute_batch("COMMIT").unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    conn.prepare_cached(&sql.lock_job_unscoped)
+        .unwrap()
+        .query_row([&id], |_| Ok(()))
+        .unwrap();
+    conn.prepare_cached(&sql.complete_job)
+        .unwrap()
+        .query_row(
+            rusqlite::params![id, version, r#"{"category":"billing"}"#, ordinal],
+            |_| Ok(()),
+        )
+        .unwrap();
+    let closed = conn
+        .prepare_cached(&sql.close_attempt)
+        .unwrap()
+        .execute(rusqlite::params![id, ordinal, "succeeded", None::<String>])
+        .unwrap();
+    assert_eq!(closed, 1);
+    conn.execute_batch("COMMIT").unwrap();
+}
+
+/// The job's life as the store writes it on PostgreSQL: two statements.
+async fn raw_postgres_life(pool: &PgPool, sql: &Sql, n: u64, fingerprint: &str) {
+    let id = uuid::Uuid::now_v7().to_string();
+    let key = format!("bench-{n}");
+    let input = r#"{"customer":42,"ticket":"My card was charged twice"}"#;
+    let created = sqlx::query(sql.insert_job_and_attempt.as_deref().unwrap())
+        .bind(&id)
+        .bind("bench")
+        .bind(&key)
+        .bind("triage")
+        .bind("support-triage")
+        .bind("sha256:bench")
+        .bind(input)
+        .bind(fingerprint)
+        .bind(0i64)
+        .bind("fake")
+        .bind(60_000i64)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let version: i64 = created.get(10);
+    let ordinal: i64 = created.get(16);
+    let won = sqlx::query(sql.complete_and_close.as_deref().unwrap())
+        .bind(&id)
+        .bind(version)
+        .bind(r#"{"category":"billing"}"#)
+        .bind(ordinal)
+        .fetch_optional(pool)
+        .await
+        .unwrap();
+    assert!(won.is_some());
 }
 
 async fn measure_raw(raw: &Raw, clients: usize, duration: Duration) -> f64 {
@@ -264,12 +279,15 @@ async fn measure_raw(raw: &Raw, clients: usize, duration: Duration) -> f64 {
     .unwrap()
     .to_string();
     match raw {
-        Raw::Sqlite(pool) => {
+        Raw::Sqlite(conn) => {
             let sql = Arc::new(Sql::new(Backend::Sqlite));
-            let pool = pool.clone();
+            let conn = conn.clone();
             drive(clients, duration, counter, move |n| {
-                let (pool, sql, fingerprint) = (pool.clone(), sql.clone(), fingerprint.clone());
-                async move { raw_life!(&pool, &*sql, "BEGIN IMMEDIATE", n, &fingerprint) }
+                let (conn, sql, fingerprint) = (conn.clone(), sql.clone(), fingerprint.clone());
+                async move {
+                    let conn = conn.lock().unwrap();
+                    raw_sqlite_life(&conn, &sql, n, &fingerprint);
+                }
             })
             .await
         }
@@ -278,15 +296,7 @@ async fn measure_raw(raw: &Raw, clients: usize, duration: Duration) -> f64 {
             let pool = pool.clone();
             drive(clients, duration, counter, move |n| {
                 let (pool, sql, fingerprint) = (pool.clone(), sql.clone(), fingerprint.clone());
-                async move {
-                    raw_life!(
-                        &pool,
-                        &*sql,
-                        "BEGIN ISOLATION LEVEL READ COMMITTED",
-                        n,
-                        &fingerprint
-                    )
-                }
+                async move { raw_postgres_life(&pool, &sql, n, &fingerprint).await }
             })
             .await
         }
