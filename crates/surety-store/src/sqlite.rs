@@ -6,7 +6,9 @@
 //! thread drains what has queued into one `BEGIN IMMEDIATE` transaction,
 //! each operation inside a savepoint of its own (an operation that fails is
 //! rolled back alone), and commits once: group commit. Nobody hears back
-//! before the commit that made their write durable has returned.
+//! before the commit that made their write durable has returned. When
+//! nothing is queued and the connection is free, a write runs in place on
+//! the caller's thread instead: an idle store costs no hand-off at all.
 //!
 //! Reads run on the caller's thread on a pooled connection: in WAL mode a
 //! reader sees the last commit and never waits for the writer.
@@ -16,8 +18,9 @@
 //! SQLite's automatic checkpoint would stall every write queued behind it.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -81,10 +84,44 @@ enum Msg {
     Close(oneshot::Sender<()>),
 }
 
+/// What the writer thread and writing callers share.
+#[derive(Debug)]
+struct Shared {
+    /// The only writing connection.
+    conn: Mutex<Connection>,
+    /// Writes sent to the writer thread and not yet taken by it.
+    queued: AtomicUsize,
+    closed: AtomicBool,
+    /// Tells the checkpointer a commit happened.
+    committed: mpsc::SyncSender<()>,
+}
+
+impl Shared {
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection, if nobody holds it now.
+    fn try_conn(&self) -> Option<MutexGuard<'_, Connection>> {
+        match self.conn.try_lock() {
+            Ok(conn) => Some(conn),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    fn commit(&self, conn: &Connection, batch: &mut Vec<Box<dyn Write>>) {
+        run_batch(conn, batch);
+        // One pending signal is enough: the checkpointer sees every commit so far.
+        let _ = self.committed.try_send(());
+    }
+}
+
 /// The SQLite engine.
 #[derive(Debug)]
 pub(crate) struct Sqlite {
     writer: mpsc::Sender<Msg>,
+    shared: Arc<Shared>,
     readers: Mutex<Vec<Connection>>,
     max_readers: usize,
     path: PathBuf,
@@ -125,12 +162,20 @@ impl Sqlite {
             "surety-sqlite-checkpoint",
             Box::new(move || checkpoint_loop(&checkpointer, &commits)),
         )?;
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(conn),
+            queued: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            committed,
+        });
+        let for_writer = shared.clone();
         spawn(
             "surety-sqlite-writer",
-            Box::new(move || write_loop(&conn, &queue, &committed)),
+            Box::new(move || write_loop(&for_writer, &queue)),
         )?;
         Ok(Arc::new(Sqlite {
             writer,
+            shared,
             readers: Mutex::new(Vec::new()),
             max_readers: max_readers.max(1),
             path,
@@ -138,21 +183,38 @@ impl Sqlite {
         }))
     }
 
-    /// Queues `op` for the writer and waits until its transaction commits.
+    /// Runs `op` in a write transaction and returns once it has committed:
+    /// in place when the writer is idle, else queued for the writer thread.
     pub(crate) async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Lite<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        let op = Op {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(StoreError::Closed);
+        }
+        let (reply, mut answer) = oneshot::channel();
+        let mut op: Vec<Box<dyn Write>> = vec![Box::new(Op {
             op: Some(op),
             result: None,
             reply,
+        })];
+        // Queued writes go first; and a busy connection means a batch is on.
+        if self.shared.queued.load(Ordering::Acquire) == 0
+            && let Some(conn) = self.shared.try_conn()
+        {
+            self.shared.commit(&conn, &mut op);
+            drop(conn);
+            return answer.try_recv().map_err(|_| StoreError::Closed)?;
+        }
+        let Some(op) = op.pop() else {
+            return Err(StoreError::Closed);
         };
-        self.writer
-            .send(Msg::Write(Box::new(op)))
-            .map_err(|_| StoreError::Closed)?;
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        if self.writer.send(Msg::Write(op)).is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(StoreError::Closed);
+        }
         answer.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -174,13 +236,14 @@ impl Sqlite {
         result
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+    fn pool(&self) -> MutexGuard<'_, Vec<Connection>> {
         // A panic while holding the lock leaves only a list of connections.
         self.readers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops the writer after what is queued, and closes every connection.
     pub(crate) async fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
         let (done, closed) = oneshot::channel();
         if self.writer.send(Msg::Close(done)).is_ok() {
             let _ = closed.await;
@@ -258,7 +321,7 @@ fn checkpoint_loop(conn: &Connection, commits: &mpsc::Receiver<()>) {
     }
 }
 
-fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Msg>, committed: &mpsc::SyncSender<()>) {
+fn write_loop(shared: &Shared, queue: &mpsc::Receiver<Msg>) {
     let mut batch: Vec<Box<dyn Write>> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = queue.recv() {
         let mut close = None;
@@ -274,9 +337,8 @@ fn write_loop(conn: &Connection, queue: &mpsc::Receiver<Msg>, committed: &mpsc::
             }
         }
         if !batch.is_empty() {
-            run_batch(conn, &mut batch);
-            // One pending signal is enough: the checkpointer sees every commit so far.
-            let _ = committed.try_send(());
+            shared.queued.fetch_sub(batch.len(), Ordering::AcqRel);
+            shared.commit(&shared.conn(), &mut batch);
         }
         if let Some(done) = close {
             let _ = done.send(());
@@ -313,5 +375,119 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Write>>) {
     });
     for op in batch.drain(..) {
         op.reply(commit.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn insert(x: i64, fail: bool) -> (Box<dyn Write>, oneshot::Receiver<Result<(), StoreError>>) {
+        let (reply, answer) = oneshot::channel();
+        let op = Op {
+            op: Some(move |c: &mut Lite<'_>| {
+                c.0.execute("INSERT INTO t (x) VALUES (?1)", [x])?;
+                match fail {
+                    true => Err(StoreError::Corrupt(format!("refused after writing {x}"))),
+                    false => Ok(()),
+                }
+            }),
+            result: None,
+            reply,
+        };
+        (Box::new(op), answer)
+    }
+
+    #[test]
+    fn a_batch_commits_once_and_a_failed_write_is_undone_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = connect(&dir.path().join("t.db"), Duration::from_secs(1)).unwrap();
+        conn.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")
+            .unwrap();
+        let (a, mut a_answer) = insert(1, false);
+        let (b, mut b_answer) = insert(2, true);
+        let (c, mut c_answer) = insert(3, false);
+        run_batch(&conn, &mut vec![a, b, c]);
+        assert!(a_answer.try_recv().unwrap().is_ok());
+        assert!(matches!(
+            b_answer.try_recv().unwrap(),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(c_answer.try_recv().unwrap().is_ok());
+        let rows: Vec<i64> = conn
+            .prepare("SELECT x FROM t ORDER BY x")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows, vec![1, 3], "the refused write's row was kept");
+        assert!(conn.is_autocommit(), "the batch left a transaction open");
+    }
+
+    #[test]
+    fn a_batch_that_cannot_commit_answers_every_write_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = connect(&path, Duration::from_millis(10)).unwrap();
+        conn.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")
+            .unwrap();
+        // Another process's writer holds the lock past the busy timeout.
+        let other = connect(&path, Duration::from_millis(10)).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let (a, mut a_answer) = insert(1, false);
+        let (b, mut b_answer) = insert(2, false);
+        run_batch(&conn, &mut vec![a, b]);
+        for answer in [a_answer.try_recv(), b_answer.try_recv()] {
+            assert!(matches!(answer.unwrap(), Err(StoreError::NotCommitted(_))));
+        }
+        other.execute_batch("ROLLBACK").unwrap();
+        let n: i64 = conn
+            .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    // Holding the connection across the awaits is the point: writes must queue.
+    #[allow(clippy::await_holding_lock)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_queue_while_the_connection_is_busy_and_commit_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("q.db").display());
+        let lite = Sqlite::open(&url, 2, Duration::from_secs(1)).unwrap();
+        lite.write(|c| Ok(c.0.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")?))
+            .await
+            .unwrap();
+        // Somebody holds the connection: every write must queue.
+        let held = lite.shared.conn();
+        let mut writes = tokio::task::JoinSet::new();
+        for x in 0..10_i64 {
+            let lite = lite.clone();
+            writes.spawn(async move {
+                lite.write(move |c| Ok(c.0.execute("INSERT INTO t (x) VALUES (?1)", [x])?))
+                    .await
+            });
+        }
+        while lite.shared.queued.load(Ordering::Acquire) < 10 {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        for written in writes.join_all().await {
+            assert_eq!(written.unwrap(), 1);
+        }
+        assert_eq!(lite.shared.queued.load(Ordering::Acquire), 0);
+        let n = lite
+            .read(|c| {
+                Ok(c.0.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))?)
+            })
+            .unwrap();
+        assert_eq!(n, 10);
+        lite.close().await;
+        assert!(matches!(
+            lite.write(|_| Ok(())).await,
+            Err(StoreError::Closed)
+        ));
     }
 }
