@@ -310,8 +310,7 @@ pub(crate) async fn fail<C: Conn>(
 ) -> Result<Finish, StoreError> {
     lock_job_unscoped(c, sql, &handle.job_id).await?;
     if !close_attempt(c, sql, handle, AttemptState::Failed, Some(error)).await? {
-        let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
-        return Err(refusal(attempt.state, AttemptEvent::Failed));
+        return Err(refused(c, sql, &handle.job_id, handle.ordinal, AttemptEvent::Failed).await);
     }
     let idle = match give_up {
         true => JobState::Failed,
@@ -337,8 +336,14 @@ pub(crate) async fn mark_unknown<C: Conn>(
         )
         .await?;
     if marked == 0 {
-        let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
-        return Err(refusal(attempt.state, AttemptEvent::TimedOut));
+        return Err(refused(
+            c,
+            sql,
+            &handle.job_id,
+            handle.ordinal,
+            AttemptEvent::TimedOut,
+        )
+        .await);
     }
     settle(c, sql, &handle.job_id, JobState::Queued).await
 }
@@ -362,8 +367,7 @@ pub(crate) async fn cancel_attempt<C: Conn>(
         base_version: 0,
     };
     if !close_attempt(c, sql, &handle, AttemptState::Cancelled, Some(reason)).await? {
-        let attempt = attempt(c, sql, job_id, ordinal).await?;
-        return Err(refusal(attempt.state, AttemptEvent::Cancelled));
+        return Err(refused(c, sql, job_id, ordinal, AttemptEvent::Cancelled).await);
     }
     settle(c, sql, job_id, JobState::Queued).await
 }
@@ -568,6 +572,21 @@ pub(crate) async fn attempt<C: Conn>(
             ordinal,
         })?;
     attempt_from(&row)
+}
+
+/// Why the attempt refused `event` after a guarded update touched no row:
+/// it is not in a state that takes the event, or it does not exist.
+async fn refused<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+    ordinal: i64,
+    event: AttemptEvent,
+) -> StoreError {
+    match attempt(c, sql, job_id, ordinal).await {
+        Ok(attempt) => refusal(attempt.state, event),
+        Err(e) => e,
+    }
 }
 
 /// The typed refusal for an event an attempt in `state` does not accept.

@@ -85,63 +85,45 @@ pub struct Store {
 /// the statements; what the body borrows is moved to SQLite's writer thread,
 /// so bind owned values before.
 macro_rules! on_engine {
-    ($store:expr, write, |$c:ident, $sql:ident| $body:expr) => {{
+    ($store:expr, $kind:ident, |$c:ident, $sql:ident| $body:expr) => {{
         let store = $store;
         match &store.engine {
-            Engine::Sqlite(lite) => {
-                let $sql = store.sql.clone();
-                lite.write(move |$c| {
-                    let $sql = &*$sql;
-                    ready($body)
-                })
-                .await
-            }
-            Engine::Postgres(pool) => {
-                let $sql = &*store.sql;
-                let mut tx = pool
-                    .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
-                    .await?;
-                let out = {
-                    let $c = &mut *tx;
-                    $body.await
-                };
-                if out.is_ok() {
-                    tx.commit().await?;
-                }
-                out
-            }
+            Engine::Sqlite(lite) => on_engine!(@sqlite $kind, store, lite, |$c, $sql| $body),
+            Engine::Postgres(pool) => on_engine!(@postgres $kind, store, pool, |$c, $sql| $body),
         }
     }};
-    ($store:expr, single, |$c:ident, $sql:ident| $body:expr) => {{
-        let store = $store;
-        match &store.engine {
-            Engine::Sqlite(lite) => {
-                let $sql = store.sql.clone();
-                lite.write(move |$c| {
-                    let $sql = &*$sql;
-                    ready($body)
-                })
-                .await
-            }
-            Engine::Postgres(pool) => {
-                let $sql = &*store.sql;
-                let mut conn = pool.acquire().await?;
-                let $c = &mut *conn;
-                $body.await
-            }
-        }
+    (@sqlite read, $store:ident, $lite:ident, |$c:ident, $sql:ident| $body:expr) => {{
+        let $sql = &*$store.sql;
+        $lite.read(|$c| ready($body))
     }};
-    ($store:expr, read, |$c:ident, $sql:ident| $body:expr) => {{
-        let store = $store;
-        let $sql = &*store.sql;
-        match &store.engine {
-            Engine::Sqlite(lite) => lite.read(|$c| ready($body)),
-            Engine::Postgres(pool) => {
-                let mut conn = pool.acquire().await?;
-                let $c = &mut *conn;
-                $body.await
-            }
+    (@sqlite $write:ident, $store:ident, $lite:ident, |$c:ident, $sql:ident| $body:expr) => {{
+        let $sql = $store.sql.clone();
+        $lite
+            .write(move |$c| {
+                let $sql = &*$sql;
+                ready($body)
+            })
+            .await
+    }};
+    (@postgres write, $store:ident, $pool:ident, |$c:ident, $sql:ident| $body:expr) => {{
+        let $sql = &*$store.sql;
+        let mut tx = $pool
+            .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+            .await?;
+        let out = {
+            let $c = &mut *tx;
+            $body.await
+        };
+        if out.is_ok() {
+            tx.commit().await?;
         }
+        out
+    }};
+    (@postgres $autocommit:ident, $store:ident, $pool:ident, |$c:ident, $sql:ident| $body:expr) => {{
+        let $sql = &*$store.sql;
+        let mut conn = $pool.acquire().await?;
+        let $c = &mut *conn;
+        $body.await
     }};
 }
 
