@@ -292,24 +292,17 @@ async fn wait_at_rest(
     seen: CreatedJob,
     limit: Duration,
 ) -> Result<(bool, Job, Vec<Attempt>), ApiError> {
-    let seen_job = seen.job;
+    let id = seen.job.id;
+    let read = async || state.inner.store.job_and_attempts(owner, &id).await;
     let Some(mut waiter) = seen.waiter else {
-        let (job, attempts) = state
-            .inner
-            .store
-            .job_and_attempts(owner, &seen_job.id)
-            .await?;
+        let (job, attempts) = read().await?;
         return Ok((true, job, attempts));
     };
     let deadline = tokio::time::Instant::now() + limit;
     let mut read_now = seen.replayed;
     loop {
         if read_now {
-            let (job, attempts) = state
-                .inner
-                .store
-                .job_and_attempts(owner, &seen_job.id)
-                .await?;
+            let (job, attempts) = read().await?;
             if at_rest(job.state) {
                 return Ok((true, job, attempts));
             }
@@ -318,11 +311,7 @@ async fn wait_at_rest(
         // jobs another replica drives.
         let wake = tokio::time::timeout(Duration::from_millis(250), waiter.changed());
         if tokio::time::timeout_at(deadline, wake).await.is_err() {
-            let (job, attempts) = state
-                .inner
-                .store
-                .job_and_attempts(owner, &seen_job.id)
-                .await?;
+            let (job, attempts) = read().await?;
             return Ok((at_rest(job.state), job, attempts));
         }
         read_now = true;

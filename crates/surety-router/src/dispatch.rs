@@ -57,7 +57,7 @@ pub struct Drive {
     pub job_id: JobId,
     pub route: Route,
     pub input: Value,
-    /// An attempt already started (by a retry), at `providers[0]`.
+    /// An attempt already started (with the job, or by a retry), at `providers[0]`.
     pub first: Option<AttemptHandle>,
     /// The input is an OpenAI chat request whose messages go to the
     /// provider as sent, instead of the contract's rendered prompt.
