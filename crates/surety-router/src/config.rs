@@ -31,6 +31,7 @@ struct RawFile {
 struct RawServer {
     listen: String,
     database: String,
+    database_connections: Option<u32>,
     manifest: String,
     contracts: Option<String>,
     verifying_key: Option<String>,
@@ -57,10 +58,16 @@ pub struct ApiKey {
     pub admin: bool,
 }
 
+/// Enough for PostgreSQL to commit many jobs together, few enough for
+/// several replicas within its default 100 connections.
+const DEFAULT_DATABASE_CONNECTIONS: u32 = 16;
+
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
     pub listen: SocketAddr,
     pub database: String,
+    /// PostgreSQL: the pool's connections; SQLite: pooled readers.
+    pub database_connections: u32,
     pub manifest: PathBuf,
     pub contracts: PathBuf,
     pub verifying_key: Option<PathBuf>,
@@ -123,6 +130,16 @@ impl RouterConfig {
         Ok(RouterConfig {
             listen,
             database: raw.server.database,
+            database_connections: match raw.server.database_connections {
+                None => DEFAULT_DATABASE_CONNECTIONS,
+                Some(n @ 1..=1000) => n,
+                Some(_) => {
+                    return Err(ConfigError::at(
+                        "server.database_connections",
+                        "must be between 1 and 1000",
+                    ));
+                }
+            },
             manifest: PathBuf::from(raw.server.manifest),
             contracts: PathBuf::from(
                 raw.server
@@ -146,5 +163,83 @@ impl RouterConfig {
             providers,
             routes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const GOOD: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+database = "sqlite:surety.db"
+manifest = "certification/manifest.json"
+
+[[api_keys]]
+owner = "acme"
+sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+[providers.fake]
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+model = "fake"
+context_window = 16000
+
+[routes.language]
+contract = "language-detect"
+providers = ["fake"]
+"#;
+
+    fn error_with(from: &str, to: &str) -> String {
+        assert!(GOOD.contains(from), "{from}");
+        RouterConfig::from_toml(&GOOD.replace(from, to))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_good_file_parses_with_its_defaults() {
+        let config = RouterConfig::from_toml(GOOD).unwrap();
+        assert_eq!(config.database_connections, DEFAULT_DATABASE_CONNECTIONS);
+        assert_eq!(config.contracts, PathBuf::from("contracts"));
+        assert_eq!(config.api_keys.len(), 1);
+        assert_eq!(config.routes["language"].providers, ["fake"]);
+    }
+
+    #[test]
+    fn errors_name_the_toml_path() {
+        let cases = [
+            (
+                "listen = \"127.0.0.1:0\"",
+                "listen = \"here\"",
+                "`server.listen`",
+            ),
+            (
+                "manifest = ",
+                "database_connections = 0\nmanifest = ",
+                "`server.database_connections`",
+            ),
+            (
+                "manifest = ",
+                "lease_ms = 0\nmanifest = ",
+                "`server.lease_ms`",
+            ),
+            ("sha256 = \"9f86", "sha256 = \"zz86", "`api_keys[0].sha256`"),
+            ("owner = \"acme\"", "owner = \"\"", "`api_keys[0].owner`"),
+            (
+                "providers = [\"fake\"]",
+                "providers = [\"nobody\"]",
+                "routes.language",
+            ),
+        ];
+        for (from, to, path) in cases {
+            let error = error_with(from, to);
+            assert!(error.contains(path), "{to}: {error}");
+        }
+        let unknown = error_with("manifest = ", "databse = \"x\"\nmanifest = ");
+        assert!(unknown.contains("databse"), "{unknown}");
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use surety_contracts::Contract;
 use surety_providers::Provider;
-use surety_store::Store;
+use surety_store::{Store, StoreOptions};
 
 pub use api::app;
 pub use config::RouterConfig;
@@ -69,7 +69,9 @@ impl AppState {
     /// environment) and loads the manifest.
     pub async fn from_config(config: &RouterConfig) -> anyhow::Result<AppState> {
         use anyhow::Context;
-        let store = Store::open(&config.database)
+        let mut options = StoreOptions::new(&config.database);
+        options.max_connections = config.database_connections;
+        let store = Store::open_with(&options)
             .await
             .context("opening the database")?;
         // Attempts a dead router left behind become unknown before anything is served.

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgPool};
 use surety_core::Intent;
 
 use crate::conn::ready;
@@ -61,6 +61,8 @@ impl StoreOptions {
 
 /// The longest lease an attempt may take.
 const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a PostgreSQL connection may sit idle before it is checked.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(5);
 /// The most attempts one reaper pass moves.
 const REAP_BATCH: i64 = 500;
 
@@ -150,6 +152,19 @@ impl Store {
             "postgres" | "postgresql" => {
                 let pool = PgPoolOptions::new()
                     .max_connections(connections)
+                    // sqlx pings every connection it hands out: a round trip
+                    // per operation. Ping only one that sat idle a while; a
+                    // connection that breaks in between fails its statement,
+                    // which is reported and changes nothing.
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for > PING_AFTER_IDLE {
+                                conn.ping().await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     .connect(&options.url)
                     .await?;
                 sqlx::migrate!("./migrations").run(&pool).await?;
