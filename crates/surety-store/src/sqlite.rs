@@ -89,7 +89,7 @@ enum Msg {
 struct Shared {
     /// The only writing connection.
     conn: Mutex<Connection>,
-    /// Writes sent to the writer thread and not yet taken by it.
+    /// Writes sent to the writer thread and not yet answered by it.
     queued: AtomicUsize,
     closed: AtomicBool,
     /// Tells the checkpointer a commit happened.
@@ -337,8 +337,10 @@ fn write_loop(shared: &Shared, queue: &mpsc::Receiver<Msg>) {
             }
         }
         if !batch.is_empty() {
-            shared.queued.fetch_sub(batch.len(), Ordering::AcqRel);
+            let taken = batch.len();
             shared.commit(&shared.conn(), &mut batch);
+            // Counted until answered, so an in-place write never overtakes them.
+            shared.queued.fetch_sub(taken, Ordering::AcqRel);
         }
         if let Some(done) = close {
             let _ = done.send(());
@@ -470,9 +472,12 @@ mod tests {
                     .await
             });
         }
-        while lite.shared.queued.load(Ordering::Acquire) < 10 {
-            tokio::task::yield_now().await;
-        }
+        let all_queued = tokio::time::timeout(Duration::from_secs(10), async {
+            while lite.shared.queued.load(Ordering::Acquire) < 10 {
+                tokio::task::yield_now().await;
+            }
+        });
+        assert!(all_queued.await.is_ok(), "the writes did not queue");
         drop(held);
         for written in writes.join_all().await {
             assert_eq!(written.unwrap(), 1);
