@@ -13,6 +13,11 @@
 //! Reads run on the caller's thread on a pooled connection: in WAL mode a
 //! reader sees the last commit and never waits for the writer.
 //!
+//! SQLite serves one router process. A second process writing the same file
+//! makes writes wait in SQLite's busy handler (up to the busy timeout), and
+//! a write running in place waits on the caller's thread; several replicas
+//! belong on PostgreSQL.
+//!
 //! Checkpoints (copying the WAL back into the database file, with its
 //! fsyncs) run on a thread of their own, never inside a writer's commit:
 //! SQLite's automatic checkpoint would stall every write queued behind it.
