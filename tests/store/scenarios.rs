@@ -1030,6 +1030,14 @@ pub async fn create_and_start_commits_the_job_and_its_first_attempt_together(db:
         ),
         "{refused}"
     );
+    let hedge_first = store
+        .create_and_start(&fresh, &start("openai", Slot::Hedge))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(hedge_first, StoreError::Invalid { field: "slot", .. }),
+        "{hedge_first}"
+    );
     assert_eq!(db.snapshot().await, before);
 }
 

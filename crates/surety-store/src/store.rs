@@ -16,7 +16,7 @@ use crate::sql::Sql;
 use crate::sqlite::Sqlite;
 use crate::{
     Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId,
-    Race, StartAttempt, StoreError,
+    Race, Slot, StartAttempt, StoreError,
 };
 
 /// The database engine behind a store.
@@ -211,6 +211,12 @@ impl Store {
         start: &StartAttempt,
     ) -> Result<(Created, Option<AttemptHandle>), StoreError> {
         check_text("provider", &start.provider)?;
+        if start.slot != Slot::Primary {
+            return Err(StoreError::Invalid {
+                field: "slot",
+                reason: "a new job's first attempt takes the primary slot".to_owned(),
+            });
+        }
         let first = (start.provider.clone(), lease_ms(start.lease)?);
         let insert = self.insert(new, Some(first))?;
         // PostgreSQL makes both in one statement (`insert_job_and_attempt`),
