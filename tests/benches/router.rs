@@ -27,21 +27,11 @@ const KEY: &str = "bench-key";
 const CLIENTS: [usize; 3] = [1, 16, 64];
 const RATES: [u64; 2] = [100, 500];
 
-fn secs() -> Duration {
-    Duration::from_secs_f64(
-        std::env::var("SURETY_BENCH_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(3.0),
-    )
-}
+use surety_tests::bench_cell as secs;
 
-fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+#[tokio::main]
+async fn main() {
+    run().await;
 }
 
 /// Latencies in microseconds, and how many requests completed in how long.

@@ -25,24 +25,13 @@ use surety_tests::{Engine, TestDb};
 
 const CLIENTS: [usize; 3] = [1, 16, 64];
 
-fn cell_duration() -> Duration {
-    let secs = std::env::var("SURETY_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    Duration::from_secs_f64(secs)
-}
-
-fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(run());
+#[tokio::main]
+async fn main() {
+    run().await;
 }
 
 async fn run() {
-    let duration = cell_duration();
+    let duration = surety_tests::bench_cell();
     let mut results = Vec::new();
     println!(
         "store benchmark: a job's whole life (create with its first attempt, finish with CAS), {duration:?} per cell"

@@ -13,6 +13,15 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor, Row};
 use surety_store::{Store, StoreOptions};
 
+/// A benchmark cell's length: `SURETY_BENCH_SECS` seconds, 3 by default.
+pub fn bench_cell() -> std::time::Duration {
+    let secs = std::env::var("SURETY_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    std::time::Duration::from_secs_f64(secs)
+}
+
 /// The default PostgreSQL of the project's machines.
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 

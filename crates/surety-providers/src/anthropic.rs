@@ -220,36 +220,6 @@ impl Provider for AnthropicProvider {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
         Box::pin(self.send(request, call))
     }
-
-    fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
-        Box::pin(async move {
-            Err(ProviderError::not_sent(
-                &self.config.id,
-                "Anthropic providers have no models endpoint here",
-            ))
-        })
-    }
-
-    fn tokenize<'a>(&'a self, _text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>> {
-        Box::pin(async move {
-            Err(ProviderError::not_sent(
-                &self.config.id,
-                "Anthropic exposes no tokenizer",
-            ))
-        })
-    }
-
-    fn detokenize<'a>(
-        &'a self,
-        _tokens: &'a [u32],
-    ) -> BoxFuture<'a, Result<String, ProviderError>> {
-        Box::pin(async move {
-            Err(ProviderError::not_sent(
-                &self.config.id,
-                "Anthropic exposes no tokenizer",
-            ))
-        })
-    }
 }
 
 #[derive(Deserialize)]

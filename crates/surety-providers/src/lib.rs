@@ -50,14 +50,37 @@ pub trait Provider: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>>;
 
     /// The models the server says it serves (`/v1/models`), when it has
-    /// such an endpoint.
-    fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>>;
+    /// such an endpoint; by default it has none, and the call is refused.
+    fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
+        refused(self.id(), NO_MODELS_ENDPOINT)
+    }
 
-    /// The server's own tokenization of `text`, when it has a tokenize endpoint.
-    fn tokenize<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>>;
+    /// The server's own tokenization of `text`, when it has a tokenize
+    /// endpoint; by default it has none, and the call is refused.
+    fn tokenize<'a>(&'a self, _text: &'a str) -> BoxFuture<'a, Result<Vec<u32>, ProviderError>> {
+        refused(self.id(), NO_TOKENIZE_ENDPOINT)
+    }
 
     /// The text of `tokens`, by the same server.
-    fn detokenize<'a>(&'a self, tokens: &'a [u32]) -> BoxFuture<'a, Result<String, ProviderError>>;
+    fn detokenize<'a>(
+        &'a self,
+        _tokens: &'a [u32],
+    ) -> BoxFuture<'a, Result<String, ProviderError>> {
+        refused(self.id(), NO_TOKENIZE_ENDPOINT)
+    }
+}
+
+pub(crate) const NO_MODELS_ENDPOINT: &str = "this provider declares no models endpoint";
+pub(crate) const NO_TOKENIZE_ENDPOINT: &str = "this provider declares no tokenize endpoint";
+
+/// A call the provider cannot take, refused before anything is sent.
+fn refused<T: Send + 'static>(
+    provider: &str,
+    why: &'static str,
+) -> BoxFuture<'static, Result<T, ProviderError>> {
+    Box::pin(std::future::ready(Err(ProviderError::not_sent(
+        provider, why,
+    ))))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -193,7 +193,7 @@ impl OpenAiProvider {
         if !self.config.capabilities.tokenize_endpoint {
             return Err(ProviderError::not_sent(
                 &self.config.id,
-                "this provider declares no tokenize endpoint",
+                crate::NO_TOKENIZE_ENDPOINT,
             ));
         }
         let root = self.config.base_url.trim_end_matches("/v1");
@@ -252,7 +252,7 @@ impl Provider for OpenAiProvider {
             if !self.config.capabilities.models_endpoint {
                 return Err(ProviderError::not_sent(
                     &self.config.id,
-                    "this provider declares no models endpoint",
+                    crate::NO_MODELS_ENDPOINT,
                 ));
             }
             Ok(self.models().await?.clone())

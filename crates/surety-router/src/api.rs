@@ -14,9 +14,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use surety_contracts::Contract;
 use surety_core::{Fingerprint, IdempotencyKey, JobState};
-use surety_store::{
-    Attempt, AttemptHandle, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt,
-};
+use surety_providers::ChatRequest;
+use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
 
 use crate::AppState;
 use crate::config::{ApiKey, Route};
@@ -125,37 +124,25 @@ async fn create_job(
         ));
     }
     let (route, contract) = route_and_contract(&state, &request.route)?;
-    contract.render(&request.input).map_err(|e| {
+    let sends = dispatch::request_for(contract, &request.input, false).map_err(|e| {
         ApiError::new(
             Problem::MalformedBody,
             format!("`input` does not fit contract `{}`: {e}", contract.id),
         )
     })?;
-    let eligible = certified(&state, &route, contract)?;
     let owner = OwnerId(key.owner.clone());
-    let new = NewJob {
+    let wait = prefer_wait(&headers);
+    let intake = Intake {
         owner: owner.clone(),
         key: idempotency,
-        route: route.id.clone(),
-        contract: contract.id.clone(),
-        contract_digest: contract.digest.clone(),
-        input: request.input.clone(),
-        hedgeable: contract.hedgeable(),
+        providers: certified(&state, &route, contract)?,
+        route,
+        contract,
+        input: request.input,
         fingerprint: None,
+        request: sends,
     };
-    let wait = prefer_wait(&headers);
-    let created = create_or_replay(&state, &new, &eligible, wait.is_some(), |job_id, first| {
-        Drive {
-            owner: owner.clone(),
-            job_id,
-            route,
-            input: request.input,
-            first,
-            as_sent: false,
-            providers: eligible.clone(),
-        }
-    })
-    .await?;
+    let created = create_or_replay(&state, intake, wait.is_some()).await?;
     let replayed = created.replayed;
     let limit = wait.unwrap_or_default();
     let (at_rest, job, attempts) = wait_at_rest(&state, &owner, created, limit).await?;
@@ -225,53 +212,81 @@ struct CreatedJob {
     waiter: Option<Waiter>,
 }
 
+/// What a create request asks for, checked.
+struct Intake<'s> {
+    owner: OwnerId,
+    key: IdempotencyKey,
+    route: Route,
+    contract: &'s Contract,
+    /// The route's providers certified for the contract now; never empty.
+    providers: Vec<String>,
+    input: Value,
+    /// Over the whole request (chat completions); by default over the
+    /// route and the input.
+    fingerprint: Option<Fingerprint>,
+    /// What the job's attempts send, built from `input` once.
+    request: ChatRequest,
+}
+
 /// Creates the job with its first attempt at `providers[0]`, in one commit,
 /// or finds the job this owner's key already names. A new job is dispatched
 /// at once, after the waiter (`watch`) is registered.
 async fn create_or_replay(
     state: &AppState,
-    new: &NewJob,
-    providers: &[String],
+    intake: Intake<'_>,
     watch: bool,
-    drive: impl FnOnce(JobId, Option<AttemptHandle>) -> Drive,
 ) -> Result<CreatedJob, ApiError> {
+    let new = NewJob {
+        owner: intake.owner.clone(),
+        key: intake.key,
+        route: intake.route.id.clone(),
+        contract: intake.contract.id.clone(),
+        contract_digest: intake.contract.digest.clone(),
+        input: intake.input,
+        hedgeable: intake.contract.hedgeable(),
+        fingerprint: intake.fingerprint,
+    };
     let first = StartAttempt {
-        provider: providers
+        provider: intake
+            .providers
             .first()
             .cloned()
             .ok_or_else(|| ApiError::internal("no eligible provider"))?,
         slot: Slot::Primary,
         lease: state.inner.lease,
     };
-    match state.inner.store.create_and_start(new, &first).await? {
-        (Created::New(job), handle) => {
-            state.inner.metrics.jobs_created.inc();
-            tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
-            let waiter = watch.then(|| state.inner.settled.watch(&job.id));
-            dispatch::spawn(state.clone(), drive(job.id.clone(), handle));
-            Ok(CreatedJob {
-                job,
-                replayed: false,
-                waiter,
-            })
-        }
-        (Created::Replayed(job), _) => {
-            state.inner.metrics.replays.inc();
-            let waiter = watch.then(|| state.inner.settled.watch(&job.id));
-            Ok(CreatedJob {
-                job,
-                replayed: true,
-                waiter,
-            })
-        }
+    let (job, first, replayed) = match state.inner.store.create_and_start(&new, &first).await? {
+        (Created::New(job), first) => (job, first, false),
+        (Created::Replayed(job), _) => (job, None, true),
         (Created::Conflict, _) => {
             state.inner.metrics.conflicts.inc();
-            Err(ApiError::new(
+            return Err(ApiError::new(
                 Problem::IdempotencyConflict,
                 "this Idempotency-Key already names a job with a different request; use a new key for a new intent",
-            ))
+            ));
         }
+    };
+    let waiter = watch.then(|| state.inner.settled.watch(&job.id));
+    if replayed {
+        state.inner.metrics.replays.inc();
+    } else {
+        state.inner.metrics.jobs_created.inc();
+        tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
+        let drive = Drive {
+            owner: intake.owner,
+            job_id: job.id.clone(),
+            route: intake.route,
+            request: intake.request,
+            first,
+            providers: intake.providers,
+        };
+        dispatch::spawn(state.clone(), drive);
     }
+    Ok(CreatedJob {
+        job,
+        replayed,
+        waiter,
+    })
 }
 
 /// Nothing more happens to the job on its own: settled, or unknown (which
@@ -391,6 +406,17 @@ async fn retry(
     let job = state.inner.store.job(&owner, &JobId(id)).await?;
     let (route, contract) = route_and_contract(&state, &job.route)?;
     let eligible = certified(&state, &route, contract)?;
+    // Built before the attempt starts: an input that no longer fits its
+    // contract starts nothing.
+    let request = dispatch::request_for(contract, &job.input, is_chat_job(&job)).map_err(|e| {
+        ApiError::new(
+            Problem::MalformedBody,
+            format!(
+                "the job's input does not fit contract `{}` now: {e}",
+                contract.id
+            ),
+        )
+    })?;
     let first = &eligible[0];
     // The store's guard decides: an open attempt or a settled job is a 409 saying which.
     let start = StartAttempt {
@@ -409,9 +435,8 @@ async fn retry(
             owner: owner.clone(),
             job_id: job.id.clone(),
             route,
-            input: job.input.clone(),
+            request,
             first: Some(handle),
-            as_sent: is_chat_job(&job),
             providers: eligible,
         },
     );
@@ -439,32 +464,22 @@ async fn chat_completions(
         .as_str()
         .ok_or_else(|| ApiError::new(Problem::MalformedBody, "`model` must name a route"))?;
     let (route, contract) = route_and_contract(&state, model)?;
-    dispatch::check_as_sent(&body, contract)
+    let sends = dispatch::request_for(contract, &body, true)
         .map_err(|e| ApiError::new(Problem::MalformedBody, e))?;
-    let eligible = certified(&state, &route, contract)?;
     let owner = OwnerId(key.owner);
     let fingerprint =
         Fingerprint::of(&body).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
-    let new = NewJob {
+    let intake = Intake {
         owner: owner.clone(),
         key: idempotency,
-        route: route.id.clone(),
-        contract: contract.id.clone(),
-        contract_digest: contract.digest.clone(),
-        input: body.clone(),
-        hedgeable: contract.hedgeable(),
-        fingerprint: Some(fingerprint),
-    };
-    let created = create_or_replay(&state, &new, &eligible, true, |job_id, first| Drive {
-        owner: owner.clone(),
-        job_id,
+        providers: certified(&state, &route, contract)?,
         route,
+        contract,
         input: body,
-        first,
-        as_sent: true,
-        providers: eligible.clone(),
-    })
-    .await?;
+        fingerprint: Some(fingerprint),
+        request: sends,
+    };
+    let created = create_or_replay(&state, intake, true).await?;
     let replayed = created.replayed;
     let limit = state.inner.attempt_timeout + Duration::from_secs(5);
     let (_, job, attempts) = wait_at_rest(&state, &owner, created, limit).await?;

@@ -56,12 +56,10 @@ pub struct Drive {
     pub owner: OwnerId,
     pub job_id: JobId,
     pub route: Route,
-    pub input: Value,
+    /// What every attempt sends (see [`request_for`]).
+    pub request: ChatRequest,
     /// An attempt already started (with the job, or by a retry), at `providers[0]`.
     pub first: Option<AttemptHandle>,
-    /// The input is an OpenAI chat request whose messages go to the
-    /// provider as sent, instead of the contract's rendered prompt.
-    pub as_sent: bool,
     pub providers: Vec<String>,
 }
 
@@ -77,35 +75,7 @@ async fn run(state: &AppState, drive: Drive) {
     let Some(contract) = state.inner.contracts.get(&drive.route.contract).cloned() else {
         return;
     };
-    let rendered = match drive.as_sent {
-        true => as_sent(&drive.input, &contract),
-        false => contract
-            .render(&drive.input)
-            .map(|r| {
-                (
-                    vec![Message::system(r.system), Message::user(r.user)],
-                    contract.limits.max_output_tokens,
-                )
-            })
-            .map_err(|e| e.to_string()),
-    };
-    let request = match rendered {
-        Ok((messages, max_tokens)) => ChatRequest {
-            messages,
-            temperature: contract.sampling.temperature,
-            max_tokens,
-            seed: None,
-            output: OutputFormat::Json {
-                name: contract.output_name.clone(),
-                schema: contract.schema.clone(),
-            },
-        },
-        Err(e) => {
-            tracing::error!(job_id = %drive.job_id, error = %e, "the job's input does not render");
-            return;
-        }
-    };
-    let contract = Arc::new(contract);
+    let request = &drive.request;
     let mut first = drive.first.clone();
     let mut i = 0;
     while i < drive.providers.len() {
@@ -196,9 +166,38 @@ fn as_sent(body: &Value, contract: &Contract) -> Result<(Vec<Message>, u32), Str
     Ok((out, max_tokens))
 }
 
-/// Checks a chat request before a job is made of it.
-pub fn check_as_sent(body: &Value, contract: &Contract) -> Result<(), String> {
-    as_sent(body, contract).map(|_| ())
+/// What a job's attempts send: the contract's rendered prompt for `input`,
+/// or, with `as_sent`, the messages of the OpenAI chat request `input`;
+/// always the contract's sampling and output schema. An input that does
+/// not fit is refused here, before a job is made of it.
+pub fn request_for(
+    contract: &Contract,
+    input: &Value,
+    as_sent: bool,
+) -> Result<ChatRequest, String> {
+    let (messages, max_tokens) = match as_sent {
+        true => self::as_sent(input, contract)?,
+        false => {
+            let rendered = contract.render(input).map_err(|e| e.to_string())?;
+            (
+                vec![
+                    Message::system(rendered.system),
+                    Message::user(rendered.user),
+                ],
+                contract.limits.max_output_tokens,
+            )
+        }
+    };
+    Ok(ChatRequest {
+        messages,
+        temperature: contract.sampling.temperature,
+        max_tokens,
+        seed: None,
+        output: OutputFormat::Json {
+            name: contract.output_name.clone(),
+            schema: contract.schema.clone(),
+        },
+    })
 }
 
 async fn start(

@@ -40,7 +40,8 @@ pub struct Inner {
     pub store: Store,
     pub providers: BTreeMap<String, Arc<dyn Provider>>,
     pub routes: BTreeMap<String, Route>,
-    pub contracts: BTreeMap<String, Contract>,
+    /// Shared with every job driven against them.
+    pub contracts: BTreeMap<String, Arc<Contract>>,
     pub api_keys: BTreeMap<String, ApiKey>,
     pub manifest: ManifestHolder,
     pub metrics: Metrics,
@@ -85,11 +86,12 @@ impl AppState {
                 "attempts of a router that died are now unknown"
             );
         }
-        let contracts: BTreeMap<String, Contract> = surety_contracts::load_all(&config.contracts)
-            .with_context(|| format!("loading contracts from {}", config.contracts.display()))?
-            .into_iter()
-            .map(|c| (c.id.clone(), c))
-            .collect();
+        let contracts: BTreeMap<String, Arc<Contract>> =
+            surety_contracts::load_all(&config.contracts)
+                .with_context(|| format!("loading contracts from {}", config.contracts.display()))?
+                .into_iter()
+                .map(|c| (c.id.clone(), Arc::new(c)))
+                .collect();
         for route in config.routes.values() {
             if !contracts.contains_key(&route.contract) {
                 anyhow::bail!(
