@@ -196,13 +196,6 @@ async fn start_router(
         surety_contracts::Contract::load(&repo.join("contracts/language-detect")).unwrap();
     let now = time::OffsetDateTime::now_utc();
     let mut manifest = surety_manifest::Manifest::new(now);
-    manifest.entries.push(surety_tests::certified_entry(
-        "fake",
-        "language-detect",
-        &contract.digest,
-        now + time::Duration::days(1),
-    ));
-    manifest.write(&dir.join("manifest.json")).unwrap();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n\
          [[api_keys]]\nowner = \"bench\"\nsha256 = \"{}\"\n\
@@ -214,6 +207,13 @@ async fn start_router(
         hex::encode(Sha256::digest(KEY.as_bytes())),
         fake.openai_base_url()
     );
+    let parsed = surety_router::RouterConfig::from_toml(&config).unwrap();
+    manifest.entries.push(surety_tests::certified_entry(
+        &parsed.providers["fake"],
+        &contract,
+        now + time::Duration::days(1),
+    ));
+    manifest.write(&dir.join("manifest.json")).unwrap();
     std::fs::write(dir.join("surety.toml"), config).unwrap();
     let mut child = tokio::process::Command::new(bin)
         .args(["serve", "--config"])

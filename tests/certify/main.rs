@@ -13,8 +13,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use surety_contracts::Contract;
 use surety_fake_provider::{Behavior, FakeProvider, Script, When};
-use surety_harness::{Certification, ContractResult, Outcome, report};
-use surety_providers::{ProvidersConfig, build_provider};
+use surety_harness::{Certification, ContractResult, Outcome, RetryBudget, report};
+use surety_providers::{ProviderConfig, ProvidersConfig, build_provider};
 
 pub fn contracts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts")
@@ -64,14 +64,8 @@ fn reply(answer: &Value) -> Behavior {
     Behavior::Reply(answer.to_string())
 }
 
-/// Certifies a provider at `fake` for `contracts`, golden snapshots under `golden`.
-pub async fn certify(
-    fake: &FakeProvider,
-    extra: &str,
-    contracts: &[Contract],
-    golden: &Path,
-    accept: bool,
-) -> Vec<ContractResult> {
+/// The configuration of provider `fake` at `fake`, with `extra` TOML lines.
+pub fn fake_config(fake: &FakeProvider, extra: &str) -> ProviderConfig {
     let toml = format!(
         "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\ntokenizer = \"tiktoken:o200k_base\"\n{extra}\n",
         fake.openai_base_url()
@@ -81,13 +75,34 @@ pub async fn certify(
     } else {
         format!("{toml}context_window = 16000\n")
     };
-    let config = ProvidersConfig::from_toml(&toml).unwrap().providers["fake"].clone();
+    ProvidersConfig::from_toml(&toml).unwrap().providers["fake"].clone()
+}
+
+/// Certifies a provider at `fake` for `contracts`, golden snapshots under `golden`.
+pub async fn certify(
+    fake: &FakeProvider,
+    extra: &str,
+    contracts: &[Contract],
+    golden: &Path,
+    accept: bool,
+) -> Vec<ContractResult> {
+    certify_as(fake_config(fake, extra), contracts, golden, accept).await
+}
+
+/// Certifies the provider `config` for `contracts`, golden snapshots under `golden`.
+pub async fn certify_as(
+    config: ProviderConfig,
+    contracts: &[Contract],
+    golden: &Path,
+    accept: bool,
+) -> Vec<ContractResult> {
     let provider = build_provider(&config).unwrap();
     let certification = Certification {
         provider: Arc::clone(&provider),
         config,
         golden_root: golden.to_path_buf(),
         accept,
+        retry: RetryBudget::default(),
         on_sample: Box::new(|_, _| {}),
     };
     certification.run(contracts).await.unwrap()

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
 use surety_contracts::Contract;
-use surety_manifest::{Eligibility, Manifest, ManifestError, Status};
+use surety_manifest::{Current, Eligibility, Manifest, ManifestError, Status};
 use time::OffsetDateTime;
 
 use crate::{contracts_dir, script_for};
@@ -23,7 +24,20 @@ fn copy_contracts() -> tempfile::TempDir {
     dir
 }
 
-async fn certified_manifest(contract: &Contract, now: OffsetDateTime) -> Manifest {
+/// What an entry of provider `behaviour` for `contract` must match now.
+fn now_is<'a>(contract: &'a Contract, prompts: &'a str, behaviour: &'a Value) -> Current<'a> {
+    Current {
+        contract_digest: &contract.digest,
+        prompt_digest: prompts,
+        provider: behaviour,
+    }
+}
+
+/// A manifest certifying a fake for `contract`, and the fake's configuration.
+async fn certified_manifest(
+    contract: &Contract,
+    now: OffsetDateTime,
+) -> (Manifest, surety_providers::ProviderConfig) {
     let golden = tempfile::tempdir().unwrap();
     let fake = surety_fake_provider::FakeProvider::start(script_for(contract, |_, a| {
         surety_fake_provider::Behavior::Reply(a.to_string())
@@ -38,20 +52,14 @@ async fn certified_manifest(contract: &Contract, now: OffsetDateTime) -> Manifes
         true,
     )
     .await;
-    let config = surety_providers::ProvidersConfig::from_toml(&format!(
-        "[providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\ncontext_window = 16000\n",
-        fake.openai_base_url()
-    ))
-    .unwrap()
-    .providers["fake"]
-        .clone();
+    let config = crate::fake_config(&fake, "");
     let entries = results
         .iter()
-        .map(|r| surety_harness::entry(&config, r, None, now, Duration::from_secs(86400)))
+        .map(|r| surety_harness::entry(&config, r, None, None, now, Duration::from_secs(86400)))
         .collect();
     let mut manifest = Manifest::new(now);
     manifest.replace_provider("fake", entries, now);
-    manifest
+    (manifest, config)
 }
 
 #[tokio::test]
@@ -60,10 +68,13 @@ async fn editing_a_contract_changes_its_digest_and_makes_its_certification_stale
     let dir = copy.path().join("language-detect");
     let before = Contract::load(&dir).unwrap();
     let now = OffsetDateTime::now_utc();
-    let manifest = certified_manifest(&before, now).await;
+    let (manifest, config) = certified_manifest(&before, now).await;
+    let behaviour = config.behaviour();
+    let prompts = surety_exchange::prompt_digest(&before).unwrap();
+    let current = now_is(&before, &prompts, &behaviour);
     assert_eq!(manifest.entries[0].status, Status::Certified);
     assert_eq!(
-        manifest.eligibility("fake", "language-detect", &before.digest, now),
+        manifest.eligibility("fake", "language-detect", &current, now),
         Eligibility::Certified
     );
 
@@ -77,7 +88,12 @@ async fn editing_a_contract_changes_its_digest_and_makes_its_certification_stale
     let after = Contract::load(&dir).unwrap();
     assert_ne!(before.digest, after.digest);
     assert_eq!(
-        manifest.eligibility("fake", "language-detect", &after.digest, now),
+        manifest.eligibility(
+            "fake",
+            "language-detect",
+            &now_is(&after, &prompts, &behaviour),
+            now
+        ),
         Eligibility::Stale {
             certified_digest: before.digest.clone()
         }
@@ -93,11 +109,11 @@ async fn editing_a_contract_changes_its_digest_and_makes_its_certification_stale
     // And time: past its expiry, a certification lapses too.
     let later = now + time::Duration::days(2);
     assert!(matches!(
-        manifest.eligibility("fake", "language-detect", &before.digest, later),
+        manifest.eligibility("fake", "language-detect", &current, later),
         Eligibility::Expired { .. }
     ));
     assert_eq!(
-        manifest.eligibility("other", "language-detect", &before.digest, now),
+        manifest.eligibility("other", "language-detect", &current, now),
         Eligibility::Missing
     );
 }
@@ -106,7 +122,7 @@ async fn editing_a_contract_changes_its_digest_and_makes_its_certification_stale
 async fn a_tampered_manifest_fails_verification() {
     let contract = crate::contract("language-detect");
     let now = OffsetDateTime::now_utc();
-    let mut manifest = certified_manifest(&contract, now).await;
+    let (mut manifest, _) = certified_manifest(&contract, now).await;
     let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
     manifest.sign(&key);
     let text = serde_json::to_string_pretty(&manifest).unwrap();
@@ -141,9 +157,9 @@ async fn a_tampered_manifest_fails_verification() {
         Err(ManifestError::Unsigned)
     ));
     // A file that is not a manifest at all.
-    assert!(Manifest::parse("{\"format\": \"surety-manifest/1\"").is_err());
+    assert!(Manifest::parse("{\"format\": \"surety-manifest/2\"").is_err());
     assert!(matches!(
-        Manifest::parse(&text.replace("surety-manifest/1", "surety-manifest/9")),
+        Manifest::parse(&text.replace("surety-manifest/2", "surety-manifest/9")),
         Err(ManifestError::Format(_))
     ));
 }
@@ -157,8 +173,10 @@ fn certifying_one_provider_replaces_only_its_entries() {
         status: Status::Certified,
         contract_digest: "sha256:x".into(),
         prompt_digest: "sha256:y".into(),
+        system_prompt_digest: None,
         provider_fingerprint: "sha256:z".into(),
         provider_config: serde_json::json!({}),
+        base_url_override: None,
         served_model: Default::default(),
         tokenizer: "unverified".into(),
         structured_mode: "json_schema".into(),

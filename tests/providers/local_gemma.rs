@@ -93,7 +93,7 @@ async fn a_real_prompt_gets_a_schema_valid_answer_and_the_server_says_what_it_se
     assert!(errors.is_empty(), "{answer} breaks the schema: {errors:?}");
     // The response's `model` echoes the request; the listing names the weights.
     assert_eq!(response.model, "fake-model");
-    let served = response.served_models.clone().unwrap();
+    let served = provider.served_models().await.unwrap();
     assert!(
         served
             .iter()

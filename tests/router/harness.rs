@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 use surety_contracts::Contract;
 use surety_fake_provider::{Behavior, FakeProvider, Script, When};
 use surety_manifest::{Entry, Manifest};
+use surety_providers::{ProviderConfig, ProvidersConfig};
 use surety_router::{AppState, RouterConfig};
 use surety_tests::TestDb;
 use time::OffsetDateTime;
@@ -40,13 +41,34 @@ pub fn language_script() -> Script {
     script
 }
 
-/// A manifest certifying each `(provider, contract)` at the contract's digest for a day.
-pub fn manifest(pairs: &[(&str, &str)]) -> Manifest {
+/// `[providers.<id>]` for a fake, as the test routers configure it.
+pub fn provider_toml(id: &str, fake: &FakeProvider) -> String {
+    format!(
+        "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\n",
+        fake.openai_base_url()
+    )
+}
+
+/// The configuration of provider `id` at `fake`, as the test routers have it.
+pub fn provider_config(id: &str, fake: &FakeProvider) -> ProviderConfig {
+    ProvidersConfig::from_toml(&provider_toml(id, fake))
+        .unwrap()
+        .providers[id]
+        .clone()
+}
+
+/// A manifest certifying each `(provider at fake, contract)` for a day, bound
+/// to the provider's configuration as the test routers have it.
+pub fn manifest(certified: &[(&str, &FakeProvider, &str)]) -> Manifest {
     let now = OffsetDateTime::now_utc();
-    let entries: Vec<Entry> = pairs
+    let entries: Vec<Entry> = certified
         .iter()
-        .map(|(p, c)| {
-            surety_tests::certified_entry(p, c, &contract(c).digest, now + time::Duration::days(1))
+        .map(|(p, fake, c)| {
+            surety_tests::certified_entry(
+                &provider_config(p, fake),
+                &contract(c),
+                now + time::Duration::days(1),
+            )
         })
         .collect();
     let mut manifest = Manifest::new(now);
@@ -99,10 +121,7 @@ impl Router {
             hash(GLOBEX)
         );
         for (id, fake) in providers {
-            toml.push_str(&format!(
-                "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\n",
-                fake.openai_base_url()
-            ));
+            toml.push_str(&provider_toml(id, fake));
         }
         toml.push_str(routes);
         let config = RouterConfig::from_toml(&toml).unwrap();
@@ -130,7 +149,7 @@ impl Router {
             db,
             &[("fake-a", fake)],
             route,
-            &manifest(&[("fake-a", "language-detect")]),
+            &manifest(&[("fake-a", fake, "language-detect")]),
             server,
         )
         .await

@@ -27,7 +27,10 @@ pub async fn double_click_gets_one_job_and_one_provider_call(db: &TestDb) {
             db,
             &[("fake-a", &fake), ("fake-b", &other)],
             LANGUAGE,
-            &manifest(&[("fake-a", "language-detect"), ("fake-b", "language-detect")]),
+            &manifest(&[
+                ("fake-a", &fake, "language-detect"),
+                ("fake-b", &other, "language-detect"),
+            ]),
             "",
         )
         .await,
@@ -87,7 +90,7 @@ pub async fn same_key_different_input_is_a_conflict(db: &TestDb) {
         db,
         &[("fake-a", &fake), ("fake-b", &fake)],
         LANGUAGE,
-        &manifest(&[("fake-a", "language-detect")]),
+        &manifest(&[("fake-a", &fake, "language-detect")]),
         "",
     )
     .await;
@@ -206,7 +209,10 @@ pub async fn reverse_order_the_hedge_wins_and_the_late_primary_is_discarded(db: 
     .unwrap();
     let fallback = FakeProvider::start(language_script()).await.unwrap();
     let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\nhedge_after_ms = 100\n";
-    let pairs = [("fake-a", "language-detect"), ("fake-b", "language-detect")];
+    let pairs = [
+        ("fake-a", &primary, "language-detect"),
+        ("fake-b", &fallback, "language-detect"),
+    ];
     let router = Router::start(
         db,
         &[("fake-a", &primary), ("fake-b", &fallback)],
@@ -266,10 +272,10 @@ pub async fn failover_skips_uncertified_stale_and_expired_providers(db: &TestDb)
     let providers: Vec<(&str, &FakeProvider)> = ids.iter().copied().zip(fakes.iter()).collect();
     let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"uncertified\", \"stale\", \"expired\", \"rejects\", \"good\"]\n";
     let mut m = manifest(&[
-        ("stale", "language-detect"),
-        ("expired", "language-detect"),
-        ("rejects", "language-detect"),
-        ("good", "language-detect"),
+        ("stale", &fakes[1], "language-detect"),
+        ("expired", &fakes[2], "language-detect"),
+        ("rejects", &fakes[3], "language-detect"),
+        ("good", &fakes[4], "language-detect"),
     ]);
     m.entries[1].expires_at =
         surety_manifest::now_rfc3339(time::OffsetDateTime::now_utc() - time::Duration::hours(1));
@@ -305,10 +311,20 @@ pub async fn failover_skips_uncertified_stale_and_expired_providers(db: &TestDb)
         [0, 0, 0, 1, 1]
     );
     let (_, listing) = router.get(ACME, "/v1/providers").await;
-    let text = listing.to_string();
-    assert!(
-        text.contains("Stale") && text.contains("Expired") && text.contains("Missing"),
-        "{text}"
+    let status = |id: &str| {
+        listing["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap()["certification"]["language-detect"]["status"]
+            .clone()
+    };
+    let statuses: Vec<_> = ids.iter().map(|id| status(id)).collect();
+    assert_eq!(
+        statuses,
+        ["missing", "stale", "expired", "certified", "certified"],
+        "{listing}"
     );
 }
 
@@ -319,7 +335,7 @@ pub async fn a_broken_manifest_is_refused_and_routing_continues(db: &TestDb) {
     let seen = *reloads.borrow_and_update();
     std::fs::write(
         router.manifest_path(),
-        "{\"format\": \"surety-manifest/1\", \"entries\": [",
+        "{\"format\": \"surety-manifest/2\", \"entries\": [",
     )
     .unwrap();
     tokio::time::timeout(WAIT, reloads.wait_for(|n| *n > seen))
@@ -355,7 +371,7 @@ pub async fn a_broken_manifest_is_refused_and_routing_continues(db: &TestDb) {
     let other = ed25519_dalek::SigningKey::from_bytes(&[2u8; 32]);
     let key_path = router.dir.path().join("verify.pub");
     std::fs::write(&key_path, hex::encode(key.verifying_key().as_bytes())).unwrap();
-    let mut signed = manifest(&[("fake-a", "language-detect")]);
+    let mut signed = manifest(&[("fake-a", &fake, "language-detect")]);
     signed.sign(&other);
     let db2 = TestDb::new(db.engine).await.unwrap();
     let strict = Router::start(

@@ -234,25 +234,33 @@ macro_rules! both_engines {
     };
 }
 
-/// A manifest entry certifying `provider` for `contract` at `digest` until `expires_at`.
+/// A manifest entry certifying the provider `config` for `contract` until
+/// `expires_at`, bound as the harness binds one: to the contract's digest
+/// and rendered prompts, to the provider's behaviour, and to the model id
+/// that answered (the configured one, as the fake echoes it).
 pub fn certified_entry(
-    provider: &str,
-    contract: &str,
-    digest: &str,
+    config: &surety_providers::ProviderConfig,
+    contract: &surety_contracts::Contract,
     expires_at: time::OffsetDateTime,
 ) -> surety_manifest::Entry {
     let now = time::OffsetDateTime::now_utc();
+    let behaviour = config.behaviour();
     surety_manifest::Entry {
-        provider: provider.into(),
-        contract: contract.into(),
+        provider: config.id.clone(),
+        contract: contract.id.clone(),
         status: surety_manifest::Status::Certified,
-        contract_digest: digest.into(),
-        prompt_digest: "sha256:test".into(),
-        provider_fingerprint: "sha256:test".into(),
-        provider_config: serde_json::json!({}),
-        served_model: surety_manifest::ServedModel::default(),
+        contract_digest: contract.digest.clone(),
+        prompt_digest: surety_exchange::prompt_digest(contract).expect("the contract renders"),
+        system_prompt_digest: surety_exchange::system_prompt_digest(contract),
+        provider_fingerprint: surety_manifest::fingerprint(&behaviour),
+        provider_config: behaviour,
+        base_url_override: None,
+        served_model: surety_manifest::ServedModel {
+            response_models: vec![config.model.clone()],
+            models_endpoint: None,
+        },
         tokenizer: "unverified".into(),
-        structured_mode: "json_schema".into(),
+        structured_mode: config.structured_mode().as_str().into(),
         lint: Vec::new(),
         counts: surety_manifest::Counts::default(),
         failures: Vec::new(),

@@ -20,12 +20,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use surety_contracts::{Case, Contract};
 use surety_manifest::{Counts, Entry, Failure, Latency, ServedModel, Status, Tokens, now_rfc3339};
 use surety_providers::{
-    CallContext, ChatRequest, FailureKind, Message, OutputFormat, Provider, ProviderConfig,
-    StructuredMode,
+    CallContext, ChatRequest, ChatResponse, FailureKind, Provider, ProviderConfig, ProviderError,
 };
 use time::OffsetDateTime;
 
@@ -84,6 +82,8 @@ pub struct Sample {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub response_model: Option<String>,
+    /// Transient refusals retried before the answer (or the last failure).
+    pub retries: Vec<String>,
 }
 
 impl Sample {
@@ -116,6 +116,7 @@ pub struct ContractResult {
     pub contract: String,
     pub digest: String,
     pub prompt_digest: String,
+    pub system_prompt_digest: Option<String>,
     pub structured_mode: String,
     pub tokenizer: String,
     pub lint: Vec<String>,
@@ -171,6 +172,40 @@ impl ContractResult {
 /// Called with the contract and case after each sample.
 pub type OnSample = Box<dyn Fn(&str, &str) + Send + Sync>;
 
+/// How transient refusals (HTTP 429, or 503 with Retry-After) are retried
+/// within a certification run: each is waited out as the provider asked,
+/// up to `per_call` times per call, never longer than `longest_wait` at
+/// once, and `per_run` in all. Beyond that the refusal fails the call,
+/// naming its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryBudget {
+    pub per_call: u32,
+    pub longest_wait: Duration,
+    pub per_run: Duration,
+}
+
+impl Default for RetryBudget {
+    fn default() -> RetryBudget {
+        RetryBudget {
+            per_call: 3,
+            longest_wait: Duration::from_secs(30),
+            per_run: Duration::from_secs(300),
+        }
+    }
+}
+
+impl std::fmt::Display for RetryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "429 and 503 with Retry-After are retried up to {} times per call, waiting at most {} s at once and {} s per run",
+            self.per_call,
+            self.longest_wait.as_secs(),
+            self.per_run.as_secs()
+        )
+    }
+}
+
 /// What to certify and how.
 pub struct Certification {
     pub provider: Arc<dyn Provider>,
@@ -178,8 +213,16 @@ pub struct Certification {
     /// Where `golden/` is; snapshots go to `<golden>/<provider>/<contract>/`.
     pub golden_root: PathBuf,
     pub accept: bool,
+    pub retry: RetryBudget,
     /// Called after each sample, for progress display.
     pub on_sample: OnSample,
+}
+
+/// One run: its id (in every idempotency key it sends, so no provider can
+/// answer it from an older run) and what is left of its retry budget.
+struct Run {
+    id: String,
+    waited: std::sync::Mutex<Duration>,
 }
 
 impl std::fmt::Debug for Certification {
@@ -202,6 +245,10 @@ pub enum HarnessError {
 impl Certification {
     /// Certifies the provider for `contracts`.
     pub async fn run(&self, contracts: &[Contract]) -> Result<Vec<ContractResult>, HarnessError> {
+        let run = Run {
+            id: format!("{:016x}", rand::random::<u64>()),
+            waited: std::sync::Mutex::new(Duration::ZERO),
+        };
         let tokenizer =
             Tokenizer::for_provider(&self.config, self.provider.clone()).map_err(|message| {
                 HarnessError::Tokenizer {
@@ -211,7 +258,7 @@ impl Certification {
             })?;
         let mut results = Vec::new();
         for contract in contracts {
-            results.push(self.contract(contract, &tokenizer).await?);
+            results.push(self.contract(contract, &tokenizer, &run).await?);
         }
         Ok(results)
     }
@@ -220,27 +267,22 @@ impl Certification {
         &self,
         contract: &Contract,
         tokenizer: &Tokenizer,
+        run: &Run,
     ) -> Result<ContractResult, HarnessError> {
-        let mode = self
-            .provider
-            .capabilities()
-            .structured_output
-            .first()
-            .copied()
-            .unwrap_or(StructuredMode::PromptOnly);
-        let mut prompts = Sha256::new();
+        let mode = self.config.structured_mode();
         let mut cases = Vec::new();
         for (index, case) in contract.cases.iter().enumerate() {
-            let result = self
-                .case(contract, case, index, tokenizer, &mut prompts)
-                .await?;
-            cases.push(result);
+            cases.push(self.case(contract, case, index, tokenizer, run).await?);
         }
         let certified = !cases.is_empty() && cases.iter().all(|c| c.passed);
         Ok(ContractResult {
             contract: contract.id.clone(),
             digest: contract.digest.clone(),
-            prompt_digest: format!("sha256:{}", hex::encode(prompts.finalize())),
+            // Every case rendered above (or failed its render check, which
+            // fails the contract); the digest is computed the way the router does.
+            prompt_digest: surety_exchange::prompt_digest(contract)
+                .unwrap_or_else(|e| format!("(does not render: {e})")),
+            system_prompt_digest: surety_exchange::system_prompt_digest(contract),
             structured_mode: mode.as_str().to_owned(),
             tokenizer: tokenizer.describe(),
             lint: lint::lint(&contract.schema, mode),
@@ -255,7 +297,7 @@ impl Certification {
         case: &Case,
         index: usize,
         tokenizer: &Tokenizer,
-        prompts: &mut Sha256,
+        run: &Run,
     ) -> Result<CaseResult, HarnessError> {
         let mut checks = Vec::new();
         let stop = |checks: Vec<Check>| CaseResult {
@@ -271,8 +313,6 @@ impl Certification {
             Err(e) => return Ok(stop(vec![Check::fail("render", e.to_string())])),
         };
         checks.push(Check::pass("render"));
-        prompts
-            .update(format!("{}\0{}\0{}\0", case.name, rendered.system, rendered.user).as_bytes());
         let (token_check, prompt_tokens) = tokenizer
             .check(contract, self.config.context_window, &case.input, &rendered)
             .await;
@@ -284,30 +324,23 @@ impl Certification {
                 ..stop(checks)
             });
         }
-        let request = ChatRequest {
-            messages: vec![
-                Message::system(rendered.system.clone()),
-                Message::user(rendered.user.clone()),
-            ],
-            temperature: contract.sampling.temperature,
-            max_tokens: contract.limits.max_output_tokens,
-            // A seed goes only where the provider declares it; determinism is checked either way.
-            seed: contract
-                .sampling
-                .seed
-                .filter(|_| self.provider.capabilities().seed),
-            output: OutputFormat::Json {
-                name: contract.output_name.clone(),
-                schema: contract.schema.clone(),
-            },
-        };
+        // Exactly what the router sends for this input: one builder.
+        let request = surety_exchange::request(
+            contract,
+            surety_exchange::messages(&rendered),
+            self.provider.capabilities(),
+        );
         let mut samples = Vec::new();
         for n in 0..contract.sampling.samples {
-            // One key per sample: each is a distinct call, and must be billed as one.
+            // One key per sample and run: each is a distinct call, billed as
+            // one, and no provider can answer it from an earlier run.
             let call = CallContext {
-                idempotency_key: format!("certify-{}-{}-{index}-{n}", self.config.id, contract.id),
+                idempotency_key: format!(
+                    "certify-{}-{}-{}-{index}-{n}",
+                    run.id, self.config.id, contract.id
+                ),
             };
-            samples.push(self.sample(contract, case, &request, &call).await);
+            samples.push(self.sample(contract, case, &request, &call, run).await);
             (self.on_sample)(&contract.id, &case.name);
         }
 
@@ -380,6 +413,7 @@ impl Certification {
         case: &Case,
         request: &ChatRequest,
         call: &CallContext,
+        run: &Run,
     ) -> Sample {
         let mut sample = Sample {
             checks: Vec::new(),
@@ -389,10 +423,11 @@ impl Certification {
             prompt_tokens: 0,
             completion_tokens: 0,
             response_model: None,
+            retries: Vec::new(),
         };
         // Timed here, so calls that fail (a truncated answer, a timeout) count too.
         let started = std::time::Instant::now();
-        let answered = self.provider.chat(request, call).await;
+        let answered = self.call(request, call, run, &mut sample.retries).await;
         sample.latency_ms = started.elapsed().as_millis() as u64;
         let response = match answered {
             Ok(response) => response,
@@ -402,7 +437,13 @@ impl Certification {
                 return sample;
             }
             Err(e) => {
-                sample.checks.push(Check::fail("call", e.to_string()));
+                let retried = match sample.retries.len() {
+                    0 => String::new(),
+                    n => format!(" (after {n} retries)"),
+                };
+                sample
+                    .checks
+                    .push(Check::fail("call", format!("{e}{retried}")));
                 return sample;
             }
         };
@@ -410,37 +451,88 @@ impl Certification {
         sample.completion_tokens = response.usage.completion_tokens;
         sample.response_model = Some(response.model.clone());
         sample.checks.push(Check::pass("call"));
-        let Some(answer) = response.json else {
-            sample.raw = Some(response.text);
-            sample
-                .checks
-                .push(Check::fail("parse", "no JSON answer".into()));
-            return sample;
-        };
-        sample.checks.push(Check::pass("parse"));
-        let verdict =
-            |name: &'static str, found: Vec<surety_contracts::Violation>| match found.is_empty() {
-                true => Check::pass(name),
+        sample.checks.push(match self.config.serves(&response.model) {
+            true => Check::pass("model"),
+            false => Check::fail(
+                "model",
+                format!(
+                    "answered by model `{}`, but the provider is configured for `{}` (a dated snapshot `{}-<date>` or an id listed in `served_models` would match)",
+                    response.model, self.config.model, self.config.model
+                ),
+            ),
+        });
+        // The router's own check: parse → schema → rules.
+        let checked = surety_exchange::check(contract, &response);
+        for step in &checked.steps {
+            sample.checks.push(match step.passed() {
+                true => Check::pass(step.name),
                 false => Check::fail(
-                    name,
-                    found
+                    step.name,
+                    step.violations
                         .iter()
-                        .map(|v| format!("{} at `{}`: {}", v.check, v.pointer, v.message))
+                        .map(surety_exchange::describe)
                         .collect::<Vec<_>>()
                         .join("; "),
                 ),
-            };
-        sample
-            .checks
-            .push(verdict("schema", contract.check_schema(&answer)));
-        sample
-            .checks
-            .push(verdict("rules", contract.check_rules(&answer)));
-        sample
-            .checks
-            .push(verdict("facts", contract.check_facts(case, &answer)));
+            });
+        }
+        let Some(answer) = checked.answer else {
+            sample.raw = Some(response.text);
+            return sample;
+        };
+        let facts = contract.check_facts(case, &answer);
+        sample.checks.push(match facts.is_empty() {
+            true => Check::pass("facts"),
+            false => Check::fail(
+                "facts",
+                facts
+                    .iter()
+                    .map(surety_exchange::describe)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        });
         sample.output = Some(answer);
         sample
+    }
+
+    /// One call, with transient refusals waited out within the run's budget.
+    async fn call(
+        &self,
+        request: &ChatRequest,
+        call: &CallContext,
+        run: &Run,
+        retries: &mut Vec<String>,
+    ) -> Result<ChatResponse, ProviderError> {
+        loop {
+            let error = match self.provider.chat(request, call).await {
+                Ok(response) => return Ok(response),
+                Err(error) => error,
+            };
+            let transient = matches!(error.status, Some(429 | 503));
+            let Some(wait) = error.retry_after.filter(|_| transient) else {
+                return Err(error);
+            };
+            if retries.len() as u32 >= self.retry.per_call || wait > self.retry.longest_wait {
+                return Err(error);
+            }
+            {
+                let mut waited = run
+                    .waited
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *waited + wait > self.retry.per_run {
+                    return Err(error);
+                }
+                *waited += wait;
+            }
+            retries.push(format!(
+                "HTTP {} with Retry-After {} s",
+                error.status.unwrap_or_default(),
+                wait.as_secs_f64()
+            ));
+            tokio::time::sleep(wait).await;
+        }
     }
 }
 
@@ -487,11 +579,14 @@ fn golden_text(
     text
 }
 
-/// The manifest entry for one contract's result.
+/// The manifest entry for one contract's result. `config` is the
+/// configuration the run used; `overridden_from` the configured base URL
+/// when the run was pointed at another one.
 pub fn entry(
     config: &ProviderConfig,
     result: &ContractResult,
     served: Option<Vec<String>>,
+    overridden_from: Option<&str>,
     now: OffsetDateTime,
     validity: Duration,
 ) -> Entry {
@@ -508,7 +603,7 @@ pub fn entry(
             .copied()
             .unwrap_or(0)
     };
-    let config_json = serde_json::to_value(config).unwrap_or(Value::Null);
+    let behaviour = config.behaviour();
     let response_models: BTreeSet<String> = samples
         .iter()
         .filter_map(|s| s.response_model.clone())
@@ -524,8 +619,10 @@ pub fn entry(
         },
         contract_digest: result.digest.clone(),
         prompt_digest: result.prompt_digest.clone(),
-        provider_fingerprint: surety_manifest::fingerprint(&config_json),
-        provider_config: config_json,
+        system_prompt_digest: result.system_prompt_digest.clone(),
+        provider_fingerprint: surety_manifest::fingerprint(&behaviour),
+        provider_config: behaviour,
+        base_url_override: overridden_from.map(str::to_owned),
         served_model: ServedModel {
             response_models: response_models.into_iter().collect(),
             models_endpoint: served,

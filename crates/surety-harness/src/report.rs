@@ -1,9 +1,69 @@
 //! What certification tells people: a terminal summary table, a Markdown
 //! report, and JUnit XML for CI.
 
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use crate::{ContractResult, Outcome};
+use surety_providers::ProviderConfig;
+
+use crate::{CaseResult, ContractResult, Outcome, RetryBudget};
+
+/// What the report says of the run beside the results.
+#[derive(Debug, Clone, Copy)]
+pub struct About<'a> {
+    pub provider: &'a ProviderConfig,
+    /// The server's model listing, when it has one.
+    pub served: Option<&'a [String]>,
+    pub retry: &'a RetryBudget,
+}
+
+/// The Markdown report with the provider's configuration, the models that
+/// answered and the retry policy at the top.
+pub fn markdown_about(about: &About<'_>, results: &[ContractResult]) -> String {
+    let p = about.provider;
+    let mut head = format!(
+        "Provider `{}`: {} at {}, configured model `{}`, structured output `{}`, tokenizer `{}`.\n\n",
+        p.id,
+        p.kind,
+        p.base_url,
+        p.model,
+        p.structured_mode().as_str(),
+        p.tokenizer
+    );
+    let answered: BTreeSet<&str> = results.iter().flat_map(models_of).collect();
+    let _ = writeln!(
+        head,
+        "Models that answered: {}. The server's model listing: {}.\n",
+        listed(answered.iter().copied()),
+        about
+            .served
+            .map_or("(no models endpoint)".to_owned(), |s| listed(
+                s.iter().map(String::as_str)
+            ))
+    );
+    let _ = writeln!(head, "Transient refusals: {}.\n", about.retry);
+    let body = markdown(&p.id, results);
+    match body.split_once("\n\n") {
+        Some((title, rest)) => format!("{title}\n\n{head}{rest}"),
+        None => format!("{body}{head}"),
+    }
+}
+
+fn models_of(result: &ContractResult) -> impl Iterator<Item = &str> {
+    result
+        .cases
+        .iter()
+        .flat_map(|c| &c.samples)
+        .filter_map(|s| s.response_model.as_deref())
+}
+
+fn listed<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let items: Vec<String> = items.map(|i| format!("`{i}`")).collect();
+    match items.is_empty() {
+        true => "(none)".to_owned(),
+        false => items.join(", "),
+    }
+}
 
 /// One line per contract.
 pub fn summary_table(provider: &str, results: &[ContractResult]) -> String {
@@ -48,6 +108,18 @@ pub fn markdown(provider: &str, results: &[ContractResult]) -> String {
     }
     for r in results {
         let _ = writeln!(out, "\n## {}\n", r.contract);
+        let answered: BTreeSet<&str> = models_of(r).collect();
+        let retried: usize = r
+            .cases
+            .iter()
+            .flat_map(|c| &c.samples)
+            .map(|s| s.retries.len())
+            .sum();
+        let _ = writeln!(
+            out,
+            "Answered by {}; {retried} transient refusals retried.\n",
+            listed(answered.into_iter())
+        );
         if !r.lint.is_empty() {
             out.push_str("Schema capability lint (the answer is validated regardless):\n\n");
             for warning in &r.lint {
@@ -124,18 +196,14 @@ pub fn junit(provider: &str, results: &[ContractResult]) -> String {
                 continue;
             }
             out.push_str(">\n");
-            let mut messages = Vec::new();
-            for c in case.checks.iter().filter(|c| c.failed()) {
-                messages.push(format!("{}: {}", c.name, c.message));
-            }
-            for (i, s) in case.samples.iter().enumerate() {
-                for c in s.checks.iter().filter(|c| c.failed()) {
-                    messages.push(format!("sample {}: {}: {}", i + 1, c.name, c.message));
-                }
-            }
+            let messages = failures_in_order(case);
+            // The first check that failed, in the order the checks run.
             let first = messages
                 .first()
-                .cloned()
+                .map(|m| match m.split_once(": ") {
+                    Some((check, text)) => format!("{check} failed: {text}"),
+                    None => m.clone(),
+                })
                 .unwrap_or_else(|| outcome(case.outcome).to_owned());
             let _ = writeln!(
                 out,
@@ -149,6 +217,31 @@ pub fn junit(provider: &str, results: &[ContractResult]) -> String {
     }
     out.push_str("</testsuites>\n");
     out
+}
+
+/// A case's failed checks as `check (sample N): message`, in the order the
+/// checks run: render and tokenizer, then each sample's, then golden and
+/// determinism.
+fn failures_in_order(case: &CaseResult) -> Vec<String> {
+    let before = |name: &str| matches!(name, "render" | "tokenizer");
+    let mut messages: Vec<String> = case
+        .checks
+        .iter()
+        .filter(|c| c.failed() && before(c.name))
+        .map(|c| format!("{}: {}", c.name, c.message))
+        .collect();
+    for (i, s) in case.samples.iter().enumerate() {
+        for c in s.checks.iter().filter(|c| c.failed()) {
+            messages.push(format!("{} (sample {}): {}", c.name, i + 1, c.message));
+        }
+    }
+    messages.extend(
+        case.checks
+            .iter()
+            .filter(|c| c.failed() && !before(c.name))
+            .map(|c| format!("{}: {}", c.name, c.message)),
+    );
+    messages
 }
 
 fn outcome(o: Outcome) -> &'static str {

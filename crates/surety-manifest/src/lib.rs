@@ -19,7 +19,9 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 /// The format this crate reads and writes.
-pub const FORMAT: &str = "surety-manifest/1";
+/// Version 2 binds each entry to the provider's behaviour and the rendered
+/// prompts; a version 1 entry said too little to be trusted, and is refused.
+pub const FORMAT: &str = "surety-manifest/2";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,11 +48,22 @@ pub struct Entry {
     pub contract: String,
     pub status: Status,
     pub contract_digest: String,
-    /// sha256 over every rendered prompt of the contract's cases.
+    /// sha256 over every rendered prompt of the contract's cases, as sent.
     pub prompt_digest: String,
-    /// sha256 of the canonical provider configuration (which holds no secret).
+    /// sha256 of the rendered system prompt, when every case has the same
+    /// one: the certified system prompt the facade pins.
+    pub system_prompt_digest: Option<String>,
+    /// sha256 of the canonical form of `provider_config`.
     pub provider_fingerprint: String,
+    /// What in the provider's configuration changes its answers (kind, base
+    /// URL, model, structured-output mode, tokenizer, context window, seed);
+    /// never a secret.
     pub provider_config: Value,
+    /// The base URL in the configuration when the run was pointed elsewhere
+    /// (`--override-base-url`): the entry is bound to the URL it ran
+    /// against, so a router serves it only if its configuration names that URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_override: Option<String>,
     pub served_model: ServedModel,
     pub tokenizer: String,
     pub structured_mode: String,
@@ -157,10 +170,105 @@ pub enum Eligibility {
     Stale {
         certified_digest: String,
     },
+    /// The prompts rendered now are not the ones certified.
+    PromptChanged {
+        certified_digest: String,
+    },
+    /// The provider's configuration changed since certification.
+    ProviderChanged {
+        changes: Vec<Change>,
+    },
     /// Certified, but past its expiry.
     Expired {
         expired_at: String,
     },
+}
+
+/// One field of a provider's behaviour that changed since certification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub field: String,
+    /// As certified (`(none)` when absent).
+    pub certified: String,
+    /// As configured now.
+    pub current: String,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} → {}", self.field, self.certified, self.current)
+    }
+}
+
+impl Eligibility {
+    /// A stable word for the state: `certified`, `missing`, `failed`,
+    /// `stale`, `prompt_changed`, `provider_changed` or `expired`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Eligibility::Certified => "certified",
+            Eligibility::Missing => "missing",
+            Eligibility::Failed => "failed",
+            Eligibility::Stale { .. } => "stale",
+            Eligibility::PromptChanged { .. } => "prompt_changed",
+            Eligibility::ProviderChanged { .. } => "provider_changed",
+            Eligibility::Expired { .. } => "expired",
+        }
+    }
+}
+
+/// Why, in words: `provider config changed: model a → b`.
+impl std::fmt::Display for Eligibility {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Eligibility::Certified => f.write_str("certified"),
+            Eligibility::Missing => f.write_str("not certified: the manifest has no entry"),
+            Eligibility::Failed => f.write_str("certification failed"),
+            Eligibility::Stale { certified_digest } => write!(
+                f,
+                "stale: certified for contract digest {certified_digest}, the contract changed since"
+            ),
+            Eligibility::PromptChanged { certified_digest } => write!(
+                f,
+                "prompt changed: certified prompts {certified_digest}, the rendered prompts differ now"
+            ),
+            Eligibility::ProviderChanged { changes } => {
+                let changes: Vec<String> = changes.iter().map(Change::to_string).collect();
+                write!(f, "provider config changed: {}", changes.join(", "))
+            }
+            Eligibility::Expired { expired_at } => write!(f, "expired at {expired_at}"),
+        }
+    }
+}
+
+/// What an entry must match now: the contract as it is, the prompts it
+/// renders, and the provider's behaviour as configured.
+#[derive(Debug, Clone, Copy)]
+pub struct Current<'a> {
+    pub contract_digest: &'a str,
+    pub prompt_digest: &'a str,
+    /// The provider's behaviour object (see `Entry::provider_config`).
+    pub provider: &'a Value,
+}
+
+/// The fields of two behaviour objects that differ, in key order.
+pub fn changes(certified: &Value, current: &Value) -> Vec<Change> {
+    let empty = serde_json::Map::new();
+    let a = certified.as_object().unwrap_or(&empty);
+    let b = current.as_object().unwrap_or(&empty);
+    let show = |v: Option<&Value>| match v {
+        None => "(none)".to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| Change {
+            field: k.clone(),
+            certified: show(a.get(k)),
+            current: show(b.get(k)),
+        })
+        .collect()
 }
 
 pub fn now_rfc3339(now: OffsetDateTime) -> String {
@@ -288,12 +396,15 @@ impl Manifest {
             .find(|e| e.provider == provider && e.contract == contract)
     }
 
-    /// May `provider` serve `contract`, whose digest is now `digest`, at `now`?
+    /// May `provider` serve `contract` as it is now (`current`), at `now`?
+    /// Only if its entry is certified for this contract digest, these
+    /// rendered prompts and this provider behaviour (same fingerprint), and
+    /// has not expired.
     pub fn eligibility(
         &self,
         provider: &str,
         contract: &str,
-        digest: &str,
+        current: &Current<'_>,
         now: OffsetDateTime,
     ) -> Eligibility {
         let Some(entry) = self.entry(provider, contract) else {
@@ -302,10 +413,36 @@ impl Manifest {
         if entry.status != Status::Certified {
             return Eligibility::Failed;
         }
-        if entry.contract_digest != digest {
+        if entry.contract_digest != current.contract_digest {
             return Eligibility::Stale {
                 certified_digest: entry.contract_digest.clone(),
             };
+        }
+        if entry.prompt_digest != current.prompt_digest {
+            return Eligibility::PromptChanged {
+                certified_digest: entry.prompt_digest.clone(),
+            };
+        }
+        if entry.provider_fingerprint != fingerprint(current.provider) {
+            let mut changes = changes(&entry.provider_config, current.provider);
+            if let (Some(configured), Some(url)) = (
+                &entry.base_url_override,
+                changes.iter_mut().find(|c| c.field == "base_url"),
+            ) {
+                url.certified = format!(
+                    "{} (certified with --override-base-url; the configuration then said {configured})",
+                    url.certified
+                );
+            }
+            if changes.is_empty() {
+                // The recorded behaviour does not hash to the recorded fingerprint.
+                changes.push(Change {
+                    field: "fingerprint".to_owned(),
+                    certified: entry.provider_fingerprint.clone(),
+                    current: fingerprint(current.provider),
+                });
+            }
+            return Eligibility::ProviderChanged { changes };
         }
         match parse_time(&entry.expires_at) {
             Ok(expiry) if expiry > now => Eligibility::Certified,

@@ -48,12 +48,7 @@ impl AnthropicProvider {
     }
 
     pub fn structured_mode(&self) -> StructuredMode {
-        self.config
-            .capabilities
-            .structured_output
-            .first()
-            .copied()
-            .unwrap_or(StructuredMode::PromptOnly)
+        self.config.structured_mode()
     }
 
     /// The request body this adapter sends for `request`.
@@ -143,6 +138,9 @@ impl AnthropicProvider {
             .http
             .post_json(&url, self.headers(call)?, &body)
             .await?;
+        if let Some(error) = self.http.error_in_body(&answer.body) {
+            return Err(error);
+        }
         let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
             self.http
                 .bad_response(format!("not a Messages response: {e}"))
@@ -163,6 +161,13 @@ impl AnthropicProvider {
             }
         }
         let stop_reason = wire.stop_reason;
+        if stop_reason.as_deref() == Some("refusal") {
+            return Err(ProviderError::new(
+                &self.config.id,
+                crate::FailureKind::Refused,
+                self.http.scrub(&format!("the model refused: {text}")),
+            ));
+        }
         let json = match (&request.output, mode) {
             (OutputFormat::Text, _) => None,
             (OutputFormat::Json { .. }, StructuredMode::Tool) => {
@@ -193,7 +198,6 @@ impl AnthropicProvider {
             text,
             json,
             model: wire.model,
-            served_models: None,
             finish_reason: stop_reason,
             usage: Usage {
                 prompt_tokens: wire.usage.input_tokens,

@@ -65,6 +65,8 @@ pub struct RawProviderConfig {
     pub idempotency_header: Option<String>,
     pub models_endpoint: Option<bool>,
     pub tokenize_endpoint: Option<bool>,
+    /// Model ids besides `model` (and its dated snapshots) that may answer.
+    pub served_models: Option<Vec<String>>,
     #[serde(default)]
     pub timeouts: RawTimeouts,
 }
@@ -96,6 +98,8 @@ pub struct ProviderConfig {
     pub capabilities: Capabilities,
     pub tokenizer: TokenizerConfig,
     pub context_window: u32,
+    /// Model ids besides `model` that may answer (see [`ProviderConfig::serves`]).
+    pub served_models: Vec<String>,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
 }
@@ -262,8 +266,57 @@ impl ProviderConfig {
             },
             tokenizer,
             context_window: raw.context_window,
+            served_models: match raw.served_models {
+                Some(ids) if ids.iter().any(|m| m.trim().is_empty()) => {
+                    return Err(ConfigError::at(
+                        path("served_models"),
+                        "a model id must not be empty",
+                    ));
+                }
+                ids => ids.unwrap_or_default(),
+            },
             connect_timeout: millis("timeouts.connect_ms", raw.timeouts.connect_ms, 5_000)?,
             request_timeout: millis("timeouts.request_ms", raw.timeouts.request_ms, 120_000)?,
+        })
+    }
+
+    /// The structured-output mode JSON is asked for with: the first declared.
+    pub fn structured_mode(&self) -> StructuredMode {
+        self.capabilities
+            .structured_output
+            .first()
+            .copied()
+            .unwrap_or(StructuredMode::PromptOnly)
+    }
+
+    /// Whether an answer naming model `id` comes from the configured model:
+    /// the same id; a dated or versioned snapshot of it (`gpt-4o-mini` →
+    /// `gpt-4o-mini-2024-07-18`, `claude-haiku-4-5` →
+    /// `claude-haiku-4-5-20251001`: the configured id, `-` or `@`, then a
+    /// digit); or an id the provider declares in `served_models`.
+    pub fn serves(&self, id: &str) -> bool {
+        let snapshot = id
+            .strip_prefix(self.model.as_str())
+            .and_then(|rest| rest.strip_prefix(['-', '@']))
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+        id == self.model || snapshot || self.served_models.iter().any(|m| m == id)
+    }
+
+    /// Everything in this configuration that changes what the provider
+    /// answers, as a JSON object of words: kind, base URL, model, the
+    /// structured-output mode JSON is asked with, tokenizer, context window
+    /// and whether a seed is sent. Never a secret, never a timeout. A
+    /// certificate is bound to its canonical hash; the router compares it
+    /// field by field to say what changed.
+    pub fn behaviour(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.kind.to_string(),
+            "base_url": self.base_url,
+            "model": self.model,
+            "structured_mode": self.structured_mode().as_str(),
+            "tokenizer": self.tokenizer.to_string(),
+            "context_window": self.context_window,
+            "seed": self.capabilities.seed,
         })
     }
 
@@ -331,6 +384,16 @@ fn serialize_capabilities<S: serde::Serializer>(
     .serialize(s)
 }
 
+impl fmt::Display for TokenizerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenizerConfig::Tiktoken(encoding) => write!(f, "tiktoken:{encoding}"),
+            TokenizerConfig::Server => f.write_str("server"),
+            TokenizerConfig::None => f.write_str("none"),
+        }
+    }
+}
+
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -356,6 +419,30 @@ pub struct RawRoute {
     pub contract: String,
     pub providers: Vec<String>,
     pub hedge_after_ms: Option<u64>,
+    /// How `/v1/chat/completions` serves the route (default `pinned`).
+    pub facade: Option<Facade>,
+}
+
+/// How the OpenAI-compatible facade treats a client's messages on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Facade {
+    /// Only a rendering of the contract's templates is sent: the certified
+    /// system prompt, and a user message read back into the input.
+    #[default]
+    Pinned,
+    /// The client's messages pass through; every answer is still checked
+    /// against the contract, and says that its prompt was not certified.
+    OutputOnly,
+}
+
+impl Facade {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Facade::Pinned => "pinned",
+            Facade::OutputOnly => "output-only",
+        }
+    }
 }
 
 /// A route: a contract, and the providers that may serve it, in order of preference.
@@ -366,6 +453,7 @@ pub struct Route {
     pub providers: Vec<String>,
     /// When a hedging attempt may start (for contracts without side effects).
     pub hedge_after: Option<Duration>,
+    pub facade: Facade,
 }
 
 /// Validates every `[routes.<id>]` against the configured providers.
@@ -405,6 +493,7 @@ pub fn validate_routes(
                 contract: route.contract,
                 providers: route.providers,
                 hedge_after,
+                facade: route.facade.unwrap_or_default(),
             },
         );
     }

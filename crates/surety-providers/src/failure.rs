@@ -8,8 +8,10 @@
 //! | refused before sending: no connection, a missing capability or key | `NotSent` | definite |
 //! | HTTP 4xx other than 429 (400/401/403/404/422...) | `Rejected`    | definite |
 //! | HTTP 429, with its Retry-After kept             | `RateLimited` | definite |
-//! | HTTP 500, 501, 503, 505, 529: the server answered that it failed | `ServerError` | definite |
+//! | HTTP 500, 501, 503, 505, 529: the server answered that it failed (a 503's Retry-After kept) | `ServerError` | definite |
 //! | a 2xx whose body does not fit the request       | `BadResponse` | definite |
+//! | a 2xx whose body is an error object: the server answered that it failed | `ServerError` | definite |
+//! | the model refused (OpenAI `refusal`, Anthropic `stop_reason: refusal`), with its words | `Refused` | definite |
 //! | timeout after the request left                  | `Timeout`     | unknown  |
 //! | connection reset or body cut short mid-response | `Reset`       | unknown  |
 //! | HTTP 502, 504 and every other 5xx: a gateway lost the upstream's answer | `Gateway` | unknown |
@@ -32,6 +34,7 @@ pub enum FailureKind {
     RateLimited,
     ServerError,
     BadResponse,
+    Refused,
     Timeout,
     Reset,
     Gateway,
@@ -45,7 +48,8 @@ impl FailureKind {
             | FailureKind::Rejected
             | FailureKind::RateLimited
             | FailureKind::ServerError
-            | FailureKind::BadResponse => FailureClass::Definite,
+            | FailureKind::BadResponse
+            | FailureKind::Refused => FailureClass::Definite,
             FailureKind::Timeout | FailureKind::Reset | FailureKind::Gateway => {
                 FailureClass::Unknown
             }
@@ -59,6 +63,7 @@ impl FailureKind {
             FailureKind::RateLimited => "rate limited",
             FailureKind::ServerError => "server error",
             FailureKind::BadResponse => "bad response",
+            FailureKind::Refused => "refused by the model",
             FailureKind::Timeout => "timed out after sending",
             FailureKind::Reset => "connection reset mid-response",
             FailureKind::Gateway => "gateway error",

@@ -94,10 +94,10 @@ impl HttpClient {
                 provider: self.provider.clone(),
                 kind,
                 status: Some(status),
-                retry_after: if kind == FailureKind::RateLimited {
-                    retry_after
-                } else {
-                    None
+                // 429 and 503 say when to ask again; other statuses do not.
+                retry_after: match status {
+                    429 | 503 => retry_after,
+                    _ => None,
                 },
                 message: self.scrub(&text),
             });
@@ -162,6 +162,20 @@ impl HttpClient {
             );
         }
         Ok(headers)
+    }
+
+    /// A 2xx whose body is an error object (`{"error": {...}}`) instead of
+    /// an answer: the server said it failed, in its own words.
+    pub(crate) fn error_in_body(&self, body: &Value) -> Option<ProviderError> {
+        body.get("error").filter(|e| !e.is_null())?;
+        let text = server_message(body.to_string().as_bytes());
+        let mut error = ProviderError::new(
+            &self.provider,
+            FailureKind::ServerError,
+            self.scrub(&format!("HTTP 200 carrying an error: {text}")),
+        );
+        error.status = Some(200);
+        Some(error)
     }
 
     /// A definite failure for a 2xx answer that does not fit the request.

@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use config::{
-    ConfigError, ProviderConfig, ProviderKind, ProvidersConfig, TokenizerConfig, build_provider,
-    build_provider_with,
+    ConfigError, Facade, ProviderConfig, ProviderKind, ProvidersConfig, Route, TokenizerConfig,
+    build_provider, build_provider_with,
 };
 pub use failure::{FailureClass, FailureKind, ProviderError};
 pub use secret::Secret;
@@ -162,11 +162,10 @@ pub struct ChatResponse {
     pub text: String,
     /// The parsed answer, when JSON was asked for.
     pub json: Option<Value>,
-    /// The model id the response names. Some servers echo whatever the
-    /// request said, so it proves nothing alone; see `served_models`.
+    /// The model id the response names: the served model, as the provider
+    /// tells it with this answer. (Some servers echo the request's `model`;
+    /// certification also records the server's listing, off the job path.)
     pub model: String,
-    /// What the server's model listing said, when the provider has one.
-    pub served_models: Option<Vec<String>>,
     /// How the provider said generation stopped (`stop`, `length`, `end_turn`, ...).
     pub finish_reason: Option<String>,
     pub usage: Usage,

@@ -99,12 +99,7 @@ impl OpenAiProvider {
 
     /// The mode used for JSON: the first the provider declares.
     pub fn structured_mode(&self) -> StructuredMode {
-        self.config
-            .capabilities
-            .structured_output
-            .first()
-            .copied()
-            .unwrap_or(StructuredMode::PromptOnly)
+        self.config.structured_mode()
     }
 
     fn headers(&self, call: Option<&CallContext>) -> Result<HeaderMap, ProviderError> {
@@ -126,6 +121,9 @@ impl OpenAiProvider {
             .http
             .post_json(&url, self.headers(Some(call))?, &body)
             .await?;
+        if let Some(error) = self.http.error_in_body(&answer.body) {
+            return Err(error);
+        }
         let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
             self.http
                 .bad_response(format!("not a chat completion: {e}"))
@@ -135,6 +133,13 @@ impl OpenAiProvider {
             .into_iter()
             .next()
             .ok_or_else(|| self.http.bad_response("the response has no choices"))?;
+        if let Some(refusal) = choice.message.refusal.filter(|r| !r.is_empty()) {
+            return Err(ProviderError::new(
+                &self.config.id,
+                crate::FailureKind::Refused,
+                self.http.scrub(&format!("the model refused: {refusal}")),
+            ));
+        }
         let text = choice.message.content.unwrap_or_default();
         let finish_reason = choice.finish_reason;
         let (json, structured_mode) = match &request.output {
@@ -153,15 +158,12 @@ impl OpenAiProvider {
                 (Some(value), Some(self.structured_mode()))
             }
         };
-        let served_models = match self.config.capabilities.models_endpoint {
-            true => Some(self.models().await?.clone()),
-            false => None,
-        };
+        // Nothing after this point may fail: the provider has done the work.
+        // (The model listing is asked for at certification, never here.)
         Ok(ChatResponse {
             text,
             json,
             model: wire.model,
-            served_models,
             finish_reason,
             usage: wire
                 .usage
@@ -304,6 +306,8 @@ struct WireChoice {
 #[derive(Deserialize)]
 struct WireMessage {
     content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -92,6 +92,7 @@ async fn main() -> Result<()> {
             config: provider_config.clone(),
             golden_root: dir.join("golden"),
             accept: true,
+            retry: surety_harness::RetryBudget::default(),
             on_sample: Box::new(|_, _| {}),
         };
         let results = certification.run(std::slice::from_ref(&contract)).await?;
@@ -120,6 +121,7 @@ async fn main() -> Result<()> {
                     &provider_config,
                     r,
                     served.clone(),
+                    None,
                     now,
                     Duration::from_secs(86400),
                 )

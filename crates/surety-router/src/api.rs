@@ -12,16 +12,15 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use surety_contracts::Contract;
 use surety_core::{Fingerprint, IdempotencyKey, JobState};
-use surety_providers::ChatRequest;
+use surety_providers::{Facade, Message, Role};
 use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
 
-use crate::AppState;
 use crate::config::{ApiKey, Route};
-use crate::dispatch::{self, Drive};
+use crate::dispatch::{self, Drive, Eligible};
 use crate::error::{ApiError, Problem};
 use crate::settled::Waiter;
+use crate::{AppState, ServedContract};
 
 /// The longest `Prefer: wait` honoured, in seconds.
 const MAX_WAIT: u64 = 60;
@@ -123,8 +122,10 @@ async fn create_job(
             "`input` must be an object of the contract's template variables",
         ));
     }
-    let (route, contract) = route_and_contract(&state, &request.route)?;
-    let sends = dispatch::request_for(contract, &request.input, false).map_err(|e| {
+    let (route, served) = route_and_contract(&state, &request.route)?;
+    let contract = &served.contract;
+    // The input is checked here, before any job is made of it.
+    let rendered = contract.render(&request.input).map_err(|e| {
         ApiError::new(
             Problem::MalformedBody,
             format!("`input` does not fit contract `{}`: {e}", contract.id),
@@ -135,12 +136,11 @@ async fn create_job(
     let intake = Intake {
         owner: owner.clone(),
         key: idempotency,
-        providers: certified(&state, &route, contract)?,
         route,
-        contract,
+        served,
         input: request.input,
         fingerprint: None,
-        request: sends,
+        messages: surety_exchange::messages(&rendered),
     };
     let created = create_or_replay(&state, intake, wait.is_some()).await?;
     let replayed = created.replayed;
@@ -166,7 +166,7 @@ async fn create_job(
 fn route_and_contract<'s>(
     state: &'s AppState,
     id: &str,
-) -> Result<(Route, &'s Contract), ApiError> {
+) -> Result<(Route, &'s ServedContract), ApiError> {
     let route = state
         .inner
         .routes
@@ -186,9 +186,10 @@ fn route_and_contract<'s>(
 fn certified(
     state: &AppState,
     route: &Route,
-    contract: &Contract,
-) -> Result<Vec<String>, ApiError> {
-    let (eligible, why_not) = dispatch::eligible(state, route, contract);
+    served: &ServedContract,
+) -> Result<Vec<Eligible>, ApiError> {
+    let contract = &served.contract;
+    let (eligible, why_not) = dispatch::eligible(state, route, served);
     if eligible.is_empty() {
         return Err(ApiError::new(
             Problem::NoCertifiedProvider,
@@ -217,53 +218,67 @@ struct Intake<'s> {
     owner: OwnerId,
     key: IdempotencyKey,
     route: Route,
-    contract: &'s Contract,
-    /// The route's providers certified for the contract now; never empty.
-    providers: Vec<String>,
+    served: &'s ServedContract,
     input: Value,
     /// Over the whole request (chat completions); by default over the
     /// route and the input.
     fingerprint: Option<Fingerprint>,
-    /// What the job's attempts send, built from `input` once.
-    request: ChatRequest,
+    /// What the job's attempts send (see [`Drive::messages`]).
+    messages: Vec<Message>,
 }
 
-/// Creates the job with its first attempt at `providers[0]`, in one commit,
-/// or finds the job this owner's key already names. A new job is dispatched
-/// at once, after the waiter (`watch`) is registered.
+/// Finds the job this owner's key already names (a replay, or a conflict),
+/// whatever the manifest says now; or creates the job with its first
+/// attempt at the first certified provider, in one commit. A new job is
+/// dispatched at once, after the waiter (`watch`) is registered.
 async fn create_or_replay(
     state: &AppState,
     intake: Intake<'_>,
     watch: bool,
 ) -> Result<CreatedJob, ApiError> {
+    let contract = &intake.served.contract;
     let new = NewJob {
         owner: intake.owner.clone(),
         key: intake.key,
         route: intake.route.id.clone(),
-        contract: intake.contract.id.clone(),
-        contract_digest: intake.contract.digest.clone(),
+        contract: contract.id.clone(),
+        contract_digest: contract.digest.clone(),
         input: intake.input,
-        hedgeable: intake.contract.hedgeable(),
+        hedgeable: contract.hedgeable(),
         fingerprint: intake.fingerprint,
     };
-    let first = StartAttempt {
-        provider: intake
-            .providers
-            .first()
-            .cloned()
-            .ok_or_else(|| ApiError::internal("no eligible provider"))?,
-        slot: Slot::Primary,
-        lease: state.inner.lease,
+    let conflict = |state: &AppState| {
+        state.inner.metrics.conflicts.inc();
+        ApiError::new(
+            Problem::IdempotencyConflict,
+            "this Idempotency-Key already names a job with a different request; use a new key for a new intent",
+        )
     };
-    let (job, first, replayed) = match state.inner.store.create_and_start(&new, &first).await? {
-        (Created::New(job), first) => (job, first, false),
-        (Created::Replayed(job), _) => (job, None, true),
-        (Created::Conflict, _) => {
-            state.inner.metrics.conflicts.inc();
-            return Err(ApiError::new(
-                Problem::IdempotencyConflict,
-                "this Idempotency-Key already names a job with a different request; use a new key for a new intent",
-            ));
+    // A replay is answered from the store alone: only a new job needs a
+    // certified provider. (The insert below still decides between two
+    // requests racing for the same key.)
+    let found = match state.inner.store.find(&new).await? {
+        Some(Created::Replayed(job)) => Some(job),
+        Some(Created::Conflict) => return Err(conflict(state)),
+        Some(Created::New(_)) | None => None,
+    };
+    let (job, first, replayed, providers) = match found {
+        Some(job) => (job, None, true, Vec::new()),
+        None => {
+            let providers = certified(state, &intake.route, intake.served)?;
+            let first = StartAttempt {
+                provider: providers
+                    .first()
+                    .map(|p| p.id.clone())
+                    .ok_or_else(|| ApiError::internal("no eligible provider"))?,
+                slot: Slot::Primary,
+                lease: state.inner.lease,
+            };
+            match state.inner.store.create_and_start(&new, &first).await? {
+                (Created::New(job), first) => (job, first, false, providers),
+                (Created::Replayed(job), _) => (job, None, true, providers),
+                (Created::Conflict, _) => return Err(conflict(state)),
+            }
         }
     };
     let waiter = watch.then(|| state.inner.settled.watch(&job.id));
@@ -276,9 +291,10 @@ async fn create_or_replay(
             owner: intake.owner,
             job_id: job.id.clone(),
             route: intake.route,
-            request: intake.request,
+            contract: contract.clone(),
+            messages: intake.messages,
             first,
-            providers: intake.providers,
+            providers,
         };
         dispatch::spawn(state.clone(), drive);
     }
@@ -404,11 +420,12 @@ async fn retry(
     let key = authenticate(&state, &headers)?;
     let owner = OwnerId(key.owner);
     let job = state.inner.store.job(&owner, &JobId(id)).await?;
-    let (route, contract) = route_and_contract(&state, &job.route)?;
-    let eligible = certified(&state, &route, contract)?;
+    let (route, served) = route_and_contract(&state, &job.route)?;
+    let eligible = certified(&state, &route, served)?;
+    let contract = &served.contract;
     // Built before the attempt starts: an input that no longer fits its
     // contract starts nothing.
-    let request = dispatch::request_for(contract, &job.input, is_chat_job(&job)).map_err(|e| {
+    let messages = job_messages(&job, served).map_err(|e| {
         ApiError::new(
             Problem::MalformedBody,
             format!(
@@ -420,7 +437,7 @@ async fn retry(
     let first = &eligible[0];
     // The store's guard decides: an open attempt or a settled job is a 409 saying which.
     let start = StartAttempt {
-        provider: first.clone(),
+        provider: first.id.clone(),
         slot: Slot::Primary,
         lease: state.inner.lease,
     };
@@ -435,7 +452,8 @@ async fn retry(
             owner: owner.clone(),
             job_id: job.id.clone(),
             route,
-            request,
+            contract: contract.clone(),
+            messages,
             first: Some(handle),
             providers: eligible,
         },
@@ -448,10 +466,14 @@ async fn retry(
 }
 
 /// `POST /v1/chat/completions`: OpenAI's chat completions, so existing
-/// clients work unchanged. `model` names the route; the messages go to the
-/// provider as sent; the answer is checked against the route's contract.
-/// It takes an `Idempotency-Key` too, and the intent is the whole body: the
-/// same key and body answer the same completion, without a second call.
+/// clients work by changing the base URL. `model` names the route. On a
+/// pinned route (the default) the messages must be a rendering of the
+/// contract's templates: they are read back into the contract's input, and
+/// the job is that input, sent as the harness certified it. On an
+/// `output-only` route the messages pass through. Either way the answer is
+/// checked against the contract. It takes an `Idempotency-Key` too, and the
+/// intent is the whole body: the same key and body answer the same
+/// completion, without a second call.
 async fn chat_completions(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -463,33 +485,39 @@ async fn chat_completions(
     let model = body["model"]
         .as_str()
         .ok_or_else(|| ApiError::new(Problem::MalformedBody, "`model` must name a route"))?;
-    let (route, contract) = route_and_contract(&state, model)?;
-    let sends = dispatch::request_for(contract, &body, true)
-        .map_err(|e| ApiError::new(Problem::MalformedBody, e))?;
+    let (route, served) = route_and_contract(&state, model)?;
+    let sent = chat_messages(&body).map_err(|e| ApiError::new(Problem::MalformedBody, e))?;
+    let (input, messages) = match route.facade {
+        Facade::OutputOnly => (body.clone(), sent),
+        Facade::Pinned => match pin(served, &sent) {
+            Ok(input) => (input, sent),
+            Err(message) => {
+                return Ok(openai_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "prompt_not_certified",
+                    Some("messages"),
+                    message,
+                ));
+            }
+        },
+    };
     let owner = OwnerId(key.owner);
     let fingerprint =
         Fingerprint::of(&body).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
     let intake = Intake {
         owner: owner.clone(),
         key: idempotency,
-        providers: certified(&state, &route, contract)?,
-        route,
-        contract,
-        input: body,
+        route: route.clone(),
+        served,
+        input,
         fingerprint: Some(fingerprint),
-        request: sends,
+        messages,
     };
     let created = create_or_replay(&state, intake, true).await?;
     let replayed = created.replayed;
     let limit = state.inner.attempt_timeout + Duration::from_secs(5);
     let (_, job, attempts) = wait_at_rest(&state, &owner, created, limit).await?;
-    let openai_error = |status: StatusCode, kind: &str, message: String| {
-        (
-            status,
-            Json(json!({"error": {"message": message, "type": kind, "param": null, "code": kind}})),
-        )
-            .into_response()
-    };
     let mut response = match (job.state, &job.result) {
         (JobState::Succeeded, Some(result)) => Json(json!({
             "id": format!("chatcmpl-{}", job.id),
@@ -513,33 +541,127 @@ async fn chat_completions(
             openai_error(
                 StatusCode::BAD_GATEWAY,
                 "provider_error",
+                "provider_error",
+                None,
                 format!("every certified provider failed; the last said: {last}"),
             )
         }
         (state_now, _) => openai_error(
             StatusCode::GATEWAY_TIMEOUT,
             "job_not_settled",
+            "job_not_settled",
+            None,
             format!(
                 "job {} is {state_now}; ask again with the same Idempotency-Key, or GET /v1/jobs/{}",
                 job.id, job.id
             ),
         ),
     };
+    let out = response.headers_mut();
     if replayed {
-        response
-            .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        out.insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     if let Ok(value) = HeaderValue::from_str(&job.id.0) {
-        response.headers_mut().insert("surety-job-id", value);
+        out.insert("surety-job-id", value);
     }
+    // Whether a certificate covers the prompt that was sent, not only the answer.
+    out.insert(
+        PROMPT_CERTIFIED,
+        HeaderValue::from_static(match route.facade {
+            Facade::Pinned => "true",
+            Facade::OutputOnly => "false",
+        }),
+    );
     Ok(response)
 }
 
-/// A job made by `/v1/chat/completions` holds the whole request as its input.
-fn is_chat_job(job: &Job) -> bool {
-    job.input.get("messages").is_some()
-        && job.input.get("model").and_then(Value::as_str) == Some(job.route.as_str())
+/// Says on every facade answer whether its prompt was certified
+/// (`true` on a pinned route, `false` on an output-only one).
+pub const PROMPT_CERTIFIED: &str = "surety-prompt-certified";
+
+/// An error in OpenAI's format.
+fn openai_error(
+    status: StatusCode,
+    kind: &str,
+    code: &str,
+    param: Option<&str>,
+    message: String,
+) -> Response {
+    (
+        status,
+        Json(json!({"error": {"message": message, "type": kind, "param": param, "code": code}})),
+    )
+        .into_response()
+}
+
+/// The input of the route's contract that renders to exactly `messages`,
+/// or what differs.
+fn pin(served: &ServedContract, messages: &[Message]) -> Result<Value, String> {
+    let contract = &served.contract;
+    let template = served.user_template.as_ref().map_err(|why| {
+        format!(
+            "the user template of contract `{}` cannot be read back ({why}), so no request can be shown to be its certified prompt; the route can be served only with `facade = \"output-only\"`",
+            contract.id
+        )
+    })?;
+    surety_exchange::pinning::read_back(contract, template, messages).map_err(|e| {
+        let expected = surety_exchange::system_prompt_digest(contract)
+            .map(|d| format!(" (certified system prompt: {d})"))
+            .unwrap_or_default();
+        format!("{e}{expected}")
+    })
+}
+
+/// The messages of an OpenAI chat request: roles system (or developer),
+/// user and assistant, content as text or text parts.
+fn chat_messages(body: &Value) -> Result<Vec<Message>, String> {
+    let messages = body["messages"]
+        .as_array()
+        .ok_or("`messages` must be a list")?;
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = match m["role"].as_str() {
+            Some("system" | "developer") => Role::System,
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            Some(other) => return Err(format!("`messages[{i}].role`: `{other}` is not supported")),
+            None => return Err(format!("`messages[{i}].role` must be a string")),
+        };
+        let content = match &m["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .map(|p| match (p["type"].as_str(), p["text"].as_str()) {
+                    (Some("text"), Some(text)) => Ok(text),
+                    _ => Err(format!(
+                        "`messages[{i}].content`: only text parts are supported"
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+                .join(""),
+            _ => return Err(format!("`messages[{i}].content` must be text")),
+        };
+        out.push(Message { role, content });
+    }
+    if out.is_empty() {
+        return Err("`messages` is empty".to_owned());
+    }
+    Ok(out)
+}
+
+/// What a stored job's attempts send: a job made by an output-only facade
+/// route holds the whole chat request, every other job the contract's input.
+fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, String> {
+    let chat_job = job.input.get("messages").is_some()
+        && job.input.get("model").and_then(Value::as_str) == Some(job.route.as_str());
+    match chat_job {
+        true => chat_messages(&job.input),
+        false => served
+            .contract
+            .render(&job.input)
+            .map(|r| surety_exchange::messages(&r))
+            .map_err(|e| e.to_string()),
+    }
 }
 
 async fn cancel(
@@ -582,29 +704,67 @@ async fn providers(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     authenticate(&state, &headers)?;
+    let drift = state
+        .inner
+        .drift
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let manifest = state.inner.manifest.current();
     let data: Vec<Value> = state
         .inner
         .providers
-        .keys()
-        .map(|provider| {
-            let contracts: serde_json::Map<String, Value> = state
+        .iter()
+        .map(|(id, served)| {
+            let certification: serde_json::Map<String, Value> = state
                 .inner
                 .contracts
                 .values()
                 .map(|c| {
-                    (
-                        c.id.clone(),
-                        json!(format!(
-                            "{:?}",
-                            state.inner.manifest.eligibility(provider, &c.id, &c.digest)
-                        )),
-                    )
+                    let (verdict, models) = dispatch::eligibility(&state, id, c);
+                    let expires_at = manifest
+                        .as_ref()
+                        .and_then(|m| m.entry(id, &c.contract.id))
+                        .map(|e| e.expires_at.clone());
+                    let view = json!({
+                        "status": verdict.code(),
+                        "reason": verdict.to_string(),
+                        "expires_at": expires_at,
+                        "certified_models": models,
+                    });
+                    (c.contract.id.clone(), view)
                 })
                 .collect();
-            json!({ "id": provider, "certification": contracts })
+            let drift = drift.get(id).map(|d| {
+                json!({"contract": d.contract, "model": d.model, "certified_models": d.certified, "at": d.at})
+            });
+            json!({
+                "id": id,
+                "kind": served.config.kind.to_string(),
+                "model": served.config.model,
+                "base_url": served.config.base_url,
+                "certification": certification,
+                "drift": drift,
+            })
         })
         .collect();
-    Ok(Json(json!({ "object": "list", "data": data })))
+    let routes: Vec<Value> = state
+        .inner
+        .routes
+        .values()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "contract": r.contract,
+                "providers": r.providers,
+                "facade": r.facade.as_str(),
+                "prompt_certified": r.facade == Facade::Pinned,
+            })
+        })
+        .collect();
+    Ok(Json(
+        json!({ "object": "list", "data": data, "routes": routes }),
+    ))
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

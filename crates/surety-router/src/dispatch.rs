@@ -7,17 +7,15 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use surety_contracts::Contract;
-use surety_manifest::Eligibility;
+use surety_manifest::{Current, Eligibility};
 use surety_providers::{
-    CallContext, ChatRequest, ChatResponse, FailureClass, Message, OutputFormat, Provider,
-    ProviderError,
+    CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
 };
 use surety_store::{AttemptHandle, Finish, JobId, Outcome, OwnerId, Slot, StartAttempt};
 
-use crate::AppState;
 use crate::config::Route;
+use crate::{AppState, Drift, ServedContract};
 
 /// How one attempt ended, for the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,23 +26,59 @@ pub enum End {
     Unknown,
 }
 
-/// The route's providers that the manifest certifies for the contract at
-/// its current digest, in the route's order, with why the others are not.
+/// A provider the manifest certifies for a job's contract, as it is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eligible {
+    pub id: String,
+    /// The model ids its certificate saw answer: an answer from any other is drift.
+    pub models: Arc<[String]>,
+}
+
+/// Whether `provider` may serve `contract` now: its manifest entry must be
+/// certified for the contract's digest and rendered prompts and for the
+/// provider's configured behaviour, and not expired. With it, the model ids
+/// the certificate saw answer.
+pub fn eligibility(
+    state: &AppState,
+    provider: &str,
+    contract: &ServedContract,
+) -> (Eligibility, Vec<String>) {
+    let (Some(served), Some(manifest)) = (
+        state.inner.providers.get(provider),
+        state.inner.manifest.current(),
+    ) else {
+        return (Eligibility::Missing, Vec::new());
+    };
+    let current = Current {
+        contract_digest: &contract.contract.digest,
+        prompt_digest: &contract.prompt_digest,
+        provider: &served.behaviour,
+    };
+    let id = &contract.contract.id;
+    let verdict = manifest.eligibility(provider, id, &current, time::OffsetDateTime::now_utc());
+    let models = manifest
+        .entry(provider, id)
+        .map(|e| e.served_model.response_models.clone())
+        .unwrap_or_default();
+    (verdict, models)
+}
+
+/// The route's providers that may serve its contract now, in the route's
+/// order, with why each of the others may not.
 pub fn eligible(
     state: &AppState,
     route: &Route,
-    contract: &Contract,
-) -> (Vec<String>, Vec<String>) {
+    contract: &ServedContract,
+) -> (Vec<Eligible>, Vec<String>) {
     let mut ok = Vec::new();
     let mut why_not = Vec::new();
     for provider in &route.providers {
-        match state
-            .inner
-            .manifest
-            .eligibility(provider, &contract.id, &contract.digest)
-        {
-            Eligibility::Certified => ok.push(provider.clone()),
-            other => why_not.push(format!("{provider}: {other:?}")),
+        match eligibility(state, provider, contract) {
+            (Eligibility::Certified, models) => ok.push(Eligible {
+                id: provider.clone(),
+                models: models.into(),
+            }),
+            (other, _) => why_not.push(format!("{provider}: {other}")),
         }
     }
     (ok, why_not)
@@ -56,11 +90,15 @@ pub struct Drive {
     pub owner: OwnerId,
     pub job_id: JobId,
     pub route: Route,
-    /// What every attempt sends (see [`request_for`]).
-    pub request: ChatRequest,
+    pub contract: Arc<Contract>,
+    /// What every attempt sends: the contract's rendered prompt (or, on an
+    /// output-only facade route, the client's messages). Each attempt's
+    /// request is built from them by `surety_exchange::request`, the
+    /// harness's own builder, for its provider.
+    pub messages: Vec<Message>,
     /// An attempt already started (with the job, or by a retry), at `providers[0]`.
     pub first: Option<AttemptHandle>,
-    pub providers: Vec<String>,
+    pub providers: Vec<Eligible>,
 }
 
 pub fn spawn(state: AppState, drive: Drive) {
@@ -72,132 +110,54 @@ pub fn spawn(state: AppState, drive: Drive) {
 }
 
 async fn run(state: &AppState, drive: Drive) {
-    let Some(contract) = state.inner.contracts.get(&drive.route.contract).cloned() else {
-        return;
-    };
-    let request = &drive.request;
+    let contract = &drive.contract;
     let mut first = drive.first.clone();
     let mut i = 0;
     while i < drive.providers.len() {
         let last = i + 1 == drive.providers.len();
         let handle = match first.take() {
             Some(handle) => handle,
-            None => match start(state, &drive, &drive.providers[i], Slot::Primary).await {
+            None => match start(state, &drive, &drive.providers[i].id, Slot::Primary).await {
                 Some(handle) => handle,
                 None => return,
             },
         };
+        let attempt_at = |handle: AttemptHandle, at: &Eligible, give_up: bool| {
+            attempt(
+                state.clone(),
+                handle,
+                drive.messages.clone(),
+                contract.clone(),
+                at.models.clone(),
+                give_up,
+            )
+        };
         let hedge_at = drive.providers.get(i + 1).filter(|_| contract.hedgeable());
         let end = match (drive.route.hedge_after, hedge_at) {
             (Some(after), Some(hedge_provider)) => {
-                let primary = attempt(
-                    state.clone(),
-                    handle,
-                    request.clone(),
-                    contract.clone(),
-                    last,
-                );
+                let primary = attempt_at(handle, &drive.providers[i], last);
                 tokio::pin!(primary);
                 tokio::select! {
                     end = &mut primary => end,
                     () = tokio::time::sleep(after) => {
-                        let Some(hedge) = start(state, &drive, hedge_provider, Slot::Hedge).await else {
+                        let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {
                             return;
                         };
                         let give_up = i + 2 >= drive.providers.len();
-                        let hedged = attempt(state.clone(), hedge, request.clone(), contract.clone(), give_up);
+                        let hedged = attempt_at(hedge, hedge_provider, give_up);
                         let (a, b) = tokio::join!(primary, hedged);
                         i += 1;
                         [a, b].into_iter().find(|e| *e != End::Failed).unwrap_or(End::Failed)
                     }
                 }
             }
-            _ => {
-                attempt(
-                    state.clone(),
-                    handle,
-                    request.clone(),
-                    contract.clone(),
-                    last,
-                )
-                .await
-            }
+            _ => attempt_at(handle, &drive.providers[i], last).await,
         };
         match end {
             End::Won | End::Lost | End::Unknown => return,
             End::Failed => i += 1,
         }
     }
-}
-
-/// The messages and token budget of an OpenAI chat request, as sent.
-fn as_sent(body: &Value, contract: &Contract) -> Result<(Vec<Message>, u32), String> {
-    let messages = body["messages"]
-        .as_array()
-        .ok_or("`messages` must be a list")?;
-    let mut out = Vec::new();
-    for m in messages {
-        let role = match m["role"].as_str() {
-            Some("system" | "developer") => surety_providers::Role::System,
-            Some("user") => surety_providers::Role::User,
-            Some("assistant") => surety_providers::Role::Assistant,
-            other => return Err(format!("unsupported message role {other:?}")),
-        };
-        let content = match &m["content"] {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .filter_map(|p| p["text"].as_str())
-                .collect::<Vec<_>>()
-                .join(""),
-            _ => return Err("a message without text content".to_owned()),
-        };
-        out.push(Message { role, content });
-    }
-    if out.is_empty() {
-        return Err("`messages` is empty".to_owned());
-    }
-    let asked = body["max_completion_tokens"]
-        .as_u64()
-        .or_else(|| body["max_tokens"].as_u64());
-    let max_tokens = asked.map_or(contract.limits.max_output_tokens, |n| {
-        u32::try_from(n).unwrap_or(u32::MAX)
-    });
-    Ok((out, max_tokens))
-}
-
-/// What a job's attempts send: the contract's rendered prompt for `input`,
-/// or, with `as_sent`, the messages of the OpenAI chat request `input`;
-/// always the contract's sampling and output schema. An input that does
-/// not fit is refused here, before a job is made of it.
-pub fn request_for(
-    contract: &Contract,
-    input: &Value,
-    as_sent: bool,
-) -> Result<ChatRequest, String> {
-    let (messages, max_tokens) = match as_sent {
-        true => self::as_sent(input, contract)?,
-        false => {
-            let rendered = contract.render(input).map_err(|e| e.to_string())?;
-            (
-                vec![
-                    Message::system(rendered.system),
-                    Message::user(rendered.user),
-                ],
-                contract.limits.max_output_tokens,
-            )
-        }
-    };
-    Ok(ChatRequest {
-        messages,
-        temperature: contract.sampling.temperature,
-        max_tokens,
-        seed: None,
-        output: OutputFormat::Json {
-            name: contract.output_name.clone(),
-            schema: contract.schema.clone(),
-        },
-    })
 }
 
 async fn start(
@@ -230,20 +190,27 @@ async fn start(
 async fn attempt(
     state: AppState,
     handle: AttemptHandle,
-    request: ChatRequest,
+    messages: Vec<Message>,
     contract: Arc<Contract>,
+    models: Arc<[String]>,
     give_up: bool,
 ) -> End {
-    let Some(provider) = state.inner.providers.get(&handle.provider).cloned() else {
-        return record(
-            &state,
-            &handle,
-            Err(ProviderError::not_sent(&handle.provider, "not configured")),
-            &contract,
-            give_up,
-        )
-        .await;
+    let judge = Judge {
+        contract,
+        models,
+        give_up,
     };
+    let Some(provider) = state
+        .inner
+        .providers
+        .get(&handle.provider)
+        .map(|p| p.adapter.clone())
+    else {
+        let error = ProviderError::not_sent(&handle.provider, "not configured");
+        return record(&state, &handle, Err(error), &judge).await;
+    };
+    // The harness's own builder: what was certified is what is sent.
+    let request = surety_exchange::request(&judge.contract, messages, provider.capabilities());
     let heartbeat = {
         let (state, handle) = (state.clone(), handle.clone());
         tokio::spawn(async move {
@@ -275,7 +242,7 @@ async fn attempt(
         .with_label_values(&[&handle.provider])
         .observe(started.elapsed().as_secs_f64());
     match outcome {
-        Ok(Ok(result)) => record(&state, &handle, result, &contract, give_up).await,
+        Ok(Ok(result)) => record(&state, &handle, result, &judge).await,
         Ok(Err(join)) => {
             mark_unknown(&state, &handle, &format!("the call task failed: {join}")).await;
             End::Unknown
@@ -295,7 +262,7 @@ async fn attempt(
                     tokio::time::timeout(late.inner.late_result_window, task).await
                 {
                     tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "late result arrived");
-                    record(&late, &handle, result, &contract, give_up).await;
+                    record(&late, &handle, result, &judge).await;
                     late.inner.settled.notify(&handle.job_id);
                 }
             });
@@ -327,36 +294,79 @@ async fn mark_unknown(state: &AppState, handle: &AttemptHandle, reason: &str) {
     }
 }
 
-/// Records what the provider said. Every answer is checked against the
-/// contract; a violation is a definite failure.
+/// What an attempt's answer is judged by.
+struct Judge {
+    contract: Arc<Contract>,
+    /// The model ids the provider's certificate saw answer.
+    models: Arc<[String]>,
+    /// No provider is left after this one: a failure fails the job.
+    give_up: bool,
+}
+
+/// Records what the provider said. An answer from a model the certificate
+/// did not see (drift) or that breaks the contract (the harness's own
+/// check) is a definite failure.
 async fn record(
     state: &AppState,
     handle: &AttemptHandle,
     result: Result<ChatResponse, ProviderError>,
-    contract: &Contract,
-    give_up: bool,
+    judge: &Judge,
 ) -> End {
     let metrics = &state.inner.metrics;
-    let failed = |error: String| Outcome::Failed { error, give_up };
+    let contract = &judge.contract;
+    let failed = |error: String| Outcome::Failed {
+        error,
+        give_up: judge.give_up,
+    };
     let outcome = match result {
-        Ok(response) => match response.json {
-            Some(answer) => {
-                let violations = contract.check_answer(&answer);
-                match violations.is_empty() {
-                    true => Outcome::Succeeded(answer),
-                    false => failed(format!(
-                        "the answer breaks contract `{}`: {}",
+        Ok(response) if !judge.models.contains(&response.model) => {
+            metrics
+                .model_drift
+                .with_label_values(&[&handle.provider, &response.model])
+                .inc();
+            let drift = Drift {
+                contract: contract.id.clone(),
+                model: response.model.clone(),
+                certified: judge.models.to_vec(),
+                at: surety_manifest::now_rfc3339(time::OffsetDateTime::now_utc()),
+            };
+            tracing::warn!(job_id = %handle.job_id, provider = %handle.provider, model = %response.model, "model drift: an answer from a model the certificate did not see");
+            state
+                .inner
+                .drift
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(handle.provider.clone(), drift);
+            failed(format!(
+                "model drift: the answer came from model `{}`, but the certificate of `{}` for `{}` saw only {}",
+                response.model,
+                handle.provider,
+                contract.id,
+                judge
+                    .models
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+        Ok(response) => {
+            let checked = surety_exchange::check(contract, &response);
+            match (checked.passed(), checked.answer.clone()) {
+                (true, Some(answer)) => Outcome::Succeeded(answer),
+                (_, answer) => {
+                    let what = match answer {
+                        None => "gave no JSON answer",
+                        Some(_) => "breaks the contract",
+                    };
+                    failed(format!(
+                        "the answer {what} `{}`: {}",
                         contract.id,
-                        violations
-                            .iter()
-                            .map(|v| format!("{} at `{}`: {}", v.check, v.pointer, v.message))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    )),
+                        checked.describe()
+                    ))
                 }
             }
-            None => failed("the provider gave no JSON answer".to_owned()),
-        },
+        }
         Err(e) if e.class() == FailureClass::Definite => failed(e.to_string()),
         Err(e) => {
             mark_unknown(state, handle, &e.to_string()).await;

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use surety_contracts::Contract;
-use surety_providers::Provider;
+use surety_exchange::pinning::UserTemplate;
+use surety_providers::{Provider, ProviderConfig};
 use surety_store::{Store, StoreOptions};
 
 pub use api::app;
@@ -38,10 +39,12 @@ pub struct AppState {
 #[derive(Debug)]
 pub struct Inner {
     pub store: Store,
-    pub providers: BTreeMap<String, Arc<dyn Provider>>,
+    pub providers: BTreeMap<String, ServedProvider>,
     pub routes: BTreeMap<String, Route>,
     /// Shared with every job driven against them.
-    pub contracts: BTreeMap<String, Arc<Contract>>,
+    pub contracts: BTreeMap<String, ServedContract>,
+    /// The last answer per provider from a model its certificate did not see.
+    pub drift: std::sync::Mutex<BTreeMap<String, Drift>>,
     pub api_keys: BTreeMap<String, ApiKey>,
     pub manifest: ManifestHolder,
     pub metrics: Metrics,
@@ -51,6 +54,36 @@ pub struct Inner {
     pub max_body_bytes: usize,
     /// Wakes the requests waiting on a job when it settles here.
     pub settled: Arc<Settled>,
+}
+
+/// A provider as the router serves it: the adapter, its configuration, and
+/// the behaviour object a certificate of it must match.
+#[derive(Debug)]
+pub struct ServedProvider {
+    pub adapter: Arc<dyn Provider>,
+    pub config: ProviderConfig,
+    pub behaviour: serde_json::Value,
+}
+
+/// A contract as the router serves it, with what is computed from it once:
+/// the digest of its prompts as rendered now (a certificate must match it),
+/// and its user template read as plain substitutions for prompt pinning, or
+/// why it cannot be.
+#[derive(Debug)]
+pub struct ServedContract {
+    pub contract: Arc<Contract>,
+    pub prompt_digest: String,
+    pub user_template: Result<UserTemplate, String>,
+}
+
+/// An answer from a model id the provider's certificate did not see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    pub contract: String,
+    pub model: String,
+    /// The ids the certificate saw answer.
+    pub certified: Vec<String>,
+    pub at: String,
 }
 
 /// Serves the API on `listener` until `shutdown` completes.
@@ -86,12 +119,20 @@ impl AppState {
                 "attempts of a router that died are now unknown"
             );
         }
-        let contracts: BTreeMap<String, Arc<Contract>> =
-            surety_contracts::load_all(&config.contracts)
-                .with_context(|| format!("loading contracts from {}", config.contracts.display()))?
-                .into_iter()
-                .map(|c| (c.id.clone(), Arc::new(c)))
-                .collect();
+        let contracts = surety_contracts::load_all(&config.contracts)
+            .with_context(|| format!("loading contracts from {}", config.contracts.display()))?
+            .into_iter()
+            .map(|c| {
+                let prompt_digest = surety_exchange::prompt_digest(&c)
+                    .with_context(|| format!("contract `{}` does not render", c.id))?;
+                let served = ServedContract {
+                    user_template: UserTemplate::parse(&c.user_template),
+                    prompt_digest,
+                    contract: Arc::new(c),
+                };
+                Ok((served.contract.id.clone(), served))
+            })
+            .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
         for route in config.routes.values() {
             if !contracts.contains_key(&route.contract) {
                 anyhow::bail!(
@@ -105,7 +146,14 @@ impl AppState {
         let providers = config
             .providers
             .iter()
-            .map(|(id, p)| Ok((id.clone(), surety_providers::build_provider(p)?)))
+            .map(|(id, p)| {
+                let served = ServedProvider {
+                    adapter: surety_providers::build_provider(p)?,
+                    behaviour: p.behaviour(),
+                    config: p.clone(),
+                };
+                Ok((id.clone(), served))
+            })
             .collect::<Result<BTreeMap<_, _>, surety_providers::ConfigError>>()?;
         let key = match &config.verifying_key {
             Some(path) => Some(
@@ -122,6 +170,7 @@ impl AppState {
                 providers,
                 routes: config.routes.clone(),
                 contracts,
+                drift: std::sync::Mutex::default(),
                 api_keys: config.api_keys.clone(),
                 manifest,
                 metrics: Metrics::new()?,

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-use surety_manifest::{Eligibility, Manifest};
-use time::OffsetDateTime;
+use surety_manifest::Manifest;
 use tokio::sync::watch;
 
 #[derive(Debug)]
@@ -93,15 +92,6 @@ impl ManifestHolder {
         if stamp != read(&self.seen) {
             write(&self.seen, stamp);
             self.reload();
-        }
-    }
-
-    pub fn eligibility(&self, provider: &str, contract: &str, digest: &str) -> Eligibility {
-        match self.current() {
-            Some(manifest) => {
-                manifest.eligibility(provider, contract, digest, OffsetDateTime::now_utc())
-            }
-            None => Eligibility::Missing,
         }
     }
 }

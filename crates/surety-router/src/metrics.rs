@@ -12,6 +12,7 @@ pub struct Metrics {
     pub replays: IntCounter,
     pub conflicts: IntCounter,
     pub attempts: IntCounterVec,
+    pub model_drift: IntCounterVec,
     pub lost_races: IntCounter,
     pub late_results_discarded: IntCounter,
     pub unknown_attempts_open: IntGauge,
@@ -38,6 +39,14 @@ impl Metrics {
             &["provider", "outcome"],
         )?;
         registry.register(Box::new(attempts.clone()))?;
+        let model_drift = IntCounterVec::new(
+            Opts::new(
+                "surety_model_drift_total",
+                "Answers from a model id the provider's certificate did not see, by provider and model",
+            ),
+            &["provider", "model"],
+        )?;
+        registry.register(Box::new(model_drift.clone()))?;
         let provider_latency = HistogramVec::new(
             HistogramOpts::new("surety_provider_latency_seconds", "Provider call latency")
                 .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
@@ -55,6 +64,7 @@ impl Metrics {
                 "Same key, different intent",
             )?,
             attempts,
+            model_drift,
             lost_races: counter(
                 "surety_lost_races_total",
                 "Attempts whose result lost the compare-and-swap",

@@ -27,13 +27,6 @@ fn workspace(db: &TestDb, fake: &FakeProvider) -> tempfile::TempDir {
         surety_contracts::Contract::load(&repo().join("contracts/language-detect")).unwrap();
     let now = time::OffsetDateTime::now_utc();
     let mut manifest = surety_manifest::Manifest::new(now);
-    manifest.entries.push(surety_tests::certified_entry(
-        "fake-a",
-        "language-detect",
-        &contract.digest,
-        now + time::Duration::days(1),
-    ));
-    manifest.write(&dir.path().join("manifest.json")).unwrap();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\nlease_ms = 60000\nattempt_timeout_ms = 60000\n\
          [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
@@ -45,6 +38,13 @@ fn workspace(db: &TestDb, fake: &FakeProvider) -> tempfile::TempDir {
         hex::encode(Sha256::digest(KEY.as_bytes())),
         fake.openai_base_url()
     );
+    let parsed = surety_router::RouterConfig::from_toml(&config).unwrap();
+    manifest.entries.push(surety_tests::certified_entry(
+        &parsed.providers["fake-a"],
+        &contract,
+        now + time::Duration::days(1),
+    ));
+    manifest.write(&dir.path().join("manifest.json")).unwrap();
     std::fs::write(dir.path().join("surety.toml"), config).unwrap();
     dir
 }

@@ -85,19 +85,34 @@ async fn replay_or_conflict<C: Conn>(
     sql: &Sql,
     insert: &Insert,
 ) -> Result<(Created, Option<AttemptHandle>), StoreError> {
-    let new = &insert.new;
-    let existing = c
+    let found = find(c, sql, &insert.new, &insert.fingerprint)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("the key's job vanished".to_owned()))?;
+    Ok((found, None))
+}
+
+/// The job this owner's key names, if any: a replay when the intent is the
+/// same, else a conflict.
+pub(crate) async fn find<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    new: &NewJob,
+    fingerprint: &Fingerprint,
+) -> Result<Option<Created>, StoreError> {
+    let Some(existing) = c
         .row(
             &sql.select_job_by_key,
             &[Text(&new.owner.0), Text(new.key.as_str())],
         )
         .await?
-        .ok_or_else(|| StoreError::Corrupt("the key's job vanished".to_owned()))?;
+    else {
+        return Ok(None);
+    };
     let job = job_from(&existing)?;
-    Ok(match job.fingerprint == insert.fingerprint {
-        true => (Created::Replayed(job), None),
-        false => (Created::Conflict, None),
-    })
+    Ok(Some(match job.fingerprint == *fingerprint {
+        true => Created::Replayed(job),
+        false => Created::Conflict,
+    }))
 }
 
 /// The first parameters of `insert_job`, with the input as JSON text.

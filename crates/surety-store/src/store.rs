@@ -228,6 +228,16 @@ impl Store {
         Ok(out)
     }
 
+    /// The job this owner's key already names, if any: `Replayed` when the
+    /// intent is the same, `Conflict` when it is not. A read, for answering
+    /// a replay before anything else is decided; creating still goes
+    /// through [`Store::create_and_start`], whose unique constraint decides.
+    pub async fn find(&self, new: &NewJob) -> Result<Option<Created>, StoreError> {
+        let insert = self.insert(new, None)?;
+        let fingerprint = &insert.fingerprint;
+        on_engine!(self, read, |c, sql| ops::find(c, sql, new, fingerprint))
+    }
+
     fn insert(&self, new: &NewJob, first: Option<(String, i64)>) -> Result<Insert, StoreError> {
         check_text("owner", &new.owner.0)?;
         check_text("route", &new.route)?;

@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use surety_contracts::Contract;
 use surety_harness::config::CertifyConfig;
 use surety_harness::{Certification, ContractResult, report};
-use surety_manifest::{Eligibility, Manifest};
+use surety_manifest::{Current, Eligibility, Manifest};
 use surety_providers::build_provider;
 use time::OffsetDateTime;
 
@@ -71,8 +71,11 @@ struct CertifyArgs {
     /// Where the Markdown report and the JUnit XML go.
     #[arg(long, default_value = "target/certify")]
     out: PathBuf,
-    /// Point a provider at another URL for this run: `<id>=<url>`.
-    #[arg(long = "base-url", value_name = "ID=URL")]
+    /// Run a provider against another URL than its configured one:
+    /// `<id>=<url>`. The entry is bound to that URL and records the
+    /// override, so a router serves it only if its configuration names the
+    /// same URL.
+    #[arg(long = "override-base-url", value_name = "ID=URL")]
     base_urls: Vec<String>,
     /// How long a certification stays valid.
     #[arg(long, default_value_t = 30)]
@@ -89,7 +92,13 @@ struct VerifyArgs {
     public_key: Option<PathBuf>,
     #[arg(long, default_value = "contracts")]
     contracts: PathBuf,
-    /// Fail when an entry is stale, expired or failed, not only on a bad signature.
+    /// The configuration the entries must match (providers and routes):
+    /// an entry whose provider's behaviour changed since certification
+    /// (model, base URL, structured-output mode, ...) is not current.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Fail when an entry is stale, expired, failed or bound to another
+    /// provider configuration, not only on a bad signature.
     #[arg(long)]
     require_current: bool,
 }
@@ -136,6 +145,7 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
     let mut config = CertifyConfig::from_toml(&text, &ids)
         .with_context(|| format!("in {}", args.config.display()))
         .map_err(CouldNotRun)?;
+    let mut overridden = std::collections::BTreeMap::new();
     for spec in &args.base_urls {
         let (id, url) = spec
             .split_once('=')
@@ -144,9 +154,17 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
         let provider = config
             .providers
             .get_mut(id)
-            .with_context(|| format!("--base-url: no provider `{id}`"))
+            .with_context(|| format!("--override-base-url: no provider `{id}`"))
             .map_err(CouldNotRun)?;
-        provider.base_url = url.trim_end_matches('/').to_owned();
+        let url = url.trim_end_matches('/').to_owned();
+        if url != provider.base_url {
+            eprintln!(
+                "note: `{id}` runs against {url}, not its configured {}; the entry records the override, and a router serves it only at that URL",
+                provider.base_url
+            );
+            overridden.insert(id.to_owned(), provider.base_url.clone());
+            provider.base_url = url;
+        }
     }
     let targets: Vec<String> = match (&args.provider, args.all) {
         (_, true) => config.providers.keys().cloned().collect(),
@@ -204,6 +222,7 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
             config: provider_config.clone(),
             golden_root: args.golden.clone(),
             accept: args.accept,
+            retry: surety_harness::RetryBudget::default(),
             on_sample: Box::new(move |contract, case| {
                 progress.set_message(format!("{contract}/{case}"));
                 progress.inc(1);
@@ -215,12 +234,26 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
             .map_err(|e| CouldNotRun(e.into()))?;
         bar.finish_and_clear();
         let validity = Duration::from_secs(args.validity_days * 24 * 3600);
-        let entries = results
+        let entries: Vec<_> = results
             .iter()
-            .map(|r| surety_harness::entry(&provider_config, r, served.clone(), now, validity))
+            .map(|r| {
+                surety_harness::entry(
+                    &provider_config,
+                    r,
+                    served.clone(),
+                    overridden.get(target).map(String::as_str),
+                    now,
+                    validity,
+                )
+            })
             .collect();
+        let about = report::About {
+            provider: &provider_config,
+            served: served.as_deref(),
+            retry: &certification.retry,
+        };
+        write_reports(&args.out, &about, &results).map_err(CouldNotRun)?;
         manifest.replace_provider(target, entries, now);
-        write_reports(&args.out, target, &results).map_err(CouldNotRun)?;
         print!("{}", report::summary_table(target, &results));
         all_certified &= results.iter().all(|r| r.certified);
     }
@@ -247,10 +280,14 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
     Ok(all_certified)
 }
 
-fn write_reports(out: &Path, provider: &str, results: &[ContractResult]) -> Result<()> {
+fn write_reports(out: &Path, about: &report::About<'_>, results: &[ContractResult]) -> Result<()> {
+    let provider = about.provider.id.as_str();
     let dir = out.join(provider);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(dir.join("report.md"), report::markdown(provider, results))?;
+    std::fs::write(
+        dir.join("report.md"),
+        report::markdown_about(about, results),
+    )?;
     std::fs::write(dir.join("junit.xml"), report::junit(provider, results))?;
     std::fs::write(
         dir.join("results.json"),
@@ -287,22 +324,52 @@ fn verify(args: &VerifyArgs) -> Result<bool> {
         println!("signature: not checked (no --public-key)");
     }
     let contracts = surety_contracts::load_all(&args.contracts)?;
+    let providers = match &args.config {
+        Some(path) => {
+            let ids: Vec<String> = contracts.iter().map(|c| c.id.clone()).collect();
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let config = CertifyConfig::from_toml(&text, &ids)
+                .with_context(|| format!("in {}", path.display()))?;
+            Some(config.providers)
+        }
+        None => {
+            println!("provider configuration: not checked (no --config)");
+            None
+        }
+    };
     let now = OffsetDateTime::now_utc();
     let mut current = true;
     for entry in &manifest.entries {
-        let digest = contracts
-            .iter()
-            .find(|c| c.id == entry.contract)
-            .map(|c| c.digest.as_str())
-            .unwrap_or("(no such contract)");
-        let verdict = match manifest.eligibility(&entry.provider, &entry.contract, digest, now) {
-            Eligibility::Certified => "certified".to_owned(),
-            Eligibility::Failed => "failed".to_owned(),
-            Eligibility::Missing => "missing".to_owned(),
-            Eligibility::Stale { certified_digest } => {
-                format!("STALE: certified {certified_digest}, contract is now {digest}")
+        let verdict = match contracts.iter().find(|c| c.id == entry.contract) {
+            None => format!("NOT CURRENT: no contract `{}` any more", entry.contract),
+            Some(contract) => {
+                let prompt_digest = surety_exchange::prompt_digest(contract)
+                    .map_err(|e| anyhow::anyhow!("contract `{}`: {e}", contract.id))?;
+                // Without --config, the entry is compared with its own record.
+                let behaviour = match &providers {
+                    None => Some(entry.provider_config.clone()),
+                    Some(providers) => providers.get(&entry.provider).map(|p| p.behaviour()),
+                };
+                match behaviour {
+                    None => format!(
+                        "NOT CURRENT: no provider `{}` in the configuration",
+                        entry.provider
+                    ),
+                    Some(behaviour) => {
+                        let now_is = Current {
+                            contract_digest: &contract.digest,
+                            prompt_digest: &prompt_digest,
+                            provider: &behaviour,
+                        };
+                        match manifest.eligibility(&entry.provider, &entry.contract, &now_is, now) {
+                            Eligibility::Certified => "certified".to_owned(),
+                            Eligibility::Failed => "failed".to_owned(),
+                            other => format!("NOT CURRENT: {other}"),
+                        }
+                    }
+                }
             }
-            Eligibility::Expired { expired_at } => format!("EXPIRED at {expired_at}"),
         };
         current &= verdict == "certified";
         println!("{:<14} {:<22} {verdict}", entry.provider, entry.contract);

@@ -1,0 +1,181 @@
+//! One exchange with a provider under a contract, written once for the
+//! harness and the router: [`request`] builds what is sent (the rendered
+//! prompt, the contract's sampling, a seed where the provider declares it,
+//! the token limit, the output schema) and [`check`] judges what came back
+//! (parse → schema → rules). Certification adds facts, golden snapshots and
+//! determinism on top; the router adds nothing of its own, so what is
+//! served is what was certified.
+//!
+//! [`pinning`] reads a client's messages back into a contract's input, so
+//! the OpenAI-compatible facade sends only prompts a certificate covers.
+//!
+//! Architecture invariant: the harness and the router build provider
+//! requests only through [`request`] and judge answers only through
+//! [`check`].
+
+pub mod pinning;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use surety_contracts::{Contract, RenderError, Rendered, Violation};
+use surety_providers::{Capabilities, ChatRequest, ChatResponse, Message, OutputFormat};
+
+/// The messages of a rendered prompt: the system prompt, then the user's.
+pub fn messages(rendered: &Rendered) -> Vec<Message> {
+    vec![
+        Message::system(rendered.system.clone()),
+        Message::user(rendered.user.clone()),
+    ]
+}
+
+/// The request every call under `contract` sends with `messages` to a
+/// provider that has `capabilities`: the contract's temperature and output
+/// token limit, its seed where the provider declares seeds (determinism is
+/// checked either way), and its output schema.
+pub fn request(
+    contract: &Contract,
+    messages: Vec<Message>,
+    capabilities: &Capabilities,
+) -> ChatRequest {
+    ChatRequest {
+        messages,
+        temperature: contract.sampling.temperature,
+        max_tokens: contract.limits.max_output_tokens,
+        seed: contract.sampling.seed.filter(|_| capabilities.seed),
+        output: OutputFormat::Json {
+            name: contract.output_name.clone(),
+            schema: contract.schema.clone(),
+        },
+    }
+}
+
+/// The request for `input`, rendered through the contract's templates.
+pub fn request_for_input(
+    contract: &Contract,
+    input: &Value,
+    capabilities: &Capabilities,
+) -> Result<ChatRequest, RenderError> {
+    let rendered = contract.render(input)?;
+    Ok(request(contract, messages(&rendered), capabilities))
+}
+
+/// One step of [`check`], in order: `parse`, `schema`, `rules`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub name: &'static str,
+    /// Empty when the step passed.
+    pub violations: Vec<Violation>,
+}
+
+impl Step {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// What [`check`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// The parsed answer, when there was one.
+    pub answer: Option<Value>,
+    /// The steps that ran, in order; a failed parse ends the check.
+    pub steps: Vec<Step>,
+}
+
+impl Checked {
+    pub fn passed(&self) -> bool {
+        self.steps.iter().all(Step::passed)
+    }
+
+    /// Every violation, one line: `schema at /x: ...; rule: ... at /y: ...`.
+    pub fn describe(&self) -> String {
+        self.steps
+            .iter()
+            .flat_map(|s| &s.violations)
+            .map(describe)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// One violation as a phrase.
+pub fn describe(v: &Violation) -> String {
+    match v.pointer.is_empty() && v.check == "parse" {
+        true => v.message.clone(),
+        false => format!("{} at `{}`: {}", v.check, v.pointer, v.message),
+    }
+}
+
+/// Judges an answer against its contract: it must be JSON (parse), match the
+/// output schema (every error, with its pointer), and keep the business
+/// rules. The same judgement at certification and at run time.
+pub fn check(contract: &Contract, response: &ChatResponse) -> Checked {
+    let Some(answer) = &response.json else {
+        return Checked {
+            answer: None,
+            steps: vec![Step {
+                name: "parse",
+                violations: vec![Violation {
+                    check: "parse".to_owned(),
+                    pointer: String::new(),
+                    message: format!("no JSON answer: {}", excerpt(&response.text)),
+                }],
+            }],
+        };
+    };
+    Checked {
+        steps: vec![
+            Step {
+                name: "parse",
+                violations: Vec::new(),
+            },
+            Step {
+                name: "schema",
+                violations: contract.check_schema(answer),
+            },
+            Step {
+                name: "rules",
+                violations: contract.check_rules(answer),
+            },
+        ],
+        answer: Some(answer.clone()),
+    }
+}
+
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(300) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// `sha256:<hex>` of `text`.
+pub fn text_digest(text: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// The digest of the exact prompts certification sends: every case's
+/// rendered system and user messages, in case order. The router computes it
+/// again from the contract it serves, so a change in rendering (a template
+/// engine upgrade, say) lapses the certificate as an edited template does.
+pub fn prompt_digest(contract: &Contract) -> Result<String, RenderError> {
+    let mut hash = Sha256::new();
+    for case in &contract.cases {
+        let rendered = contract.render(&case.input)?;
+        hash.update(format!("{}\0{}\0{}\0", case.name, rendered.system, rendered.user).as_bytes());
+    }
+    Ok(format!("sha256:{}", hex::encode(hash.finalize())))
+}
+
+/// The digest of the rendered system prompt, when every case renders the
+/// same one (the certified system prompt the facade pins); none otherwise.
+pub fn system_prompt_digest(contract: &Contract) -> Option<String> {
+    let mut systems = contract
+        .cases
+        .iter()
+        .map(|case| contract.render(&case.input).map(|r| r.system));
+    let first = systems.next()?.ok()?;
+    systems
+        .all(|s| s.as_ref() == Ok(&first))
+        .then(|| text_digest(&first))
+}
