@@ -5,6 +5,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod binding;
 mod manifest;
 
 use std::path::{Path, PathBuf};
@@ -60,7 +61,7 @@ pub fn script_for(contract: &Contract, edit: impl Fn(&str, Value) -> Behavior) -
     script
 }
 
-fn reply(answer: &Value) -> Behavior {
+pub fn reply(answer: &Value) -> Behavior {
     Behavior::Reply(answer.to_string())
 }
 
@@ -109,7 +110,7 @@ pub async fn certify_as(
 }
 
 /// The names of the checks that failed anywhere in `result`.
-fn failed_checks(result: &ContractResult) -> Vec<String> {
+pub fn failed_checks(result: &ContractResult) -> Vec<String> {
     let mut names: Vec<String> = result.failures().into_iter().map(|f| f.check).collect();
     names.sort();
     names.dedup();

@@ -37,6 +37,17 @@ pub struct Script {
     /// What `GET /v1/models` lists.
     #[serde(default = "default_served")]
     pub served_models: Vec<String>,
+    /// When set, `GET /v1/models` answers this status instead of the list.
+    #[serde(default)]
+    pub models_status: Option<u16>,
+    /// The `model` every answer names; by default it echoes the request's,
+    /// as llama.cpp's servers do.
+    #[serde(default)]
+    pub answer_model: Option<String>,
+    /// Answers a request whose Idempotency-Key it has answered before with
+    /// that first answer again, as a provider that honours the header does.
+    #[serde(default)]
+    pub replay_by_key: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,6 +96,12 @@ pub enum Behavior {
     /// HTTP 401 whose message repeats the credentials the request carried,
     /// as careless servers do.
     EchoCredentials,
+    /// A normal answer in which the model refuses, in these words
+    /// (OpenAI: `content: null`, `refusal`; Anthropic: `stop_reason: refusal`).
+    Refuse(String),
+    /// The n-th call that reaches the rule behaves as the n-th entry; the
+    /// last entry repeats.
+    Sequence(Vec<Behavior>),
 }
 
 impl Behavior {
@@ -115,6 +132,9 @@ impl Default for Script {
             rules: Vec::new(),
             default: Behavior::default_reply(),
             served_models: default_served(),
+            models_status: None,
+            answer_model: None,
+            replay_by_key: false,
         }
     }
 }
@@ -161,6 +181,8 @@ pub struct Recorded {
     pub model: String,
     pub idempotency_key: Option<String>,
     pub body: Value,
+    /// The body's bytes, exactly as they came.
+    pub raw: String,
 }
 
 #[derive(Debug, Default)]
@@ -169,6 +191,8 @@ struct Log {
     by_key: HashMap<String, u64>,
     by_rule: HashMap<usize, u64>,
     requests: Vec<Recorded>,
+    /// The first answer given per Idempotency-Key (for `replay_by_key`).
+    answered: HashMap<String, Bytes>,
 }
 
 #[derive(Debug)]
@@ -288,7 +312,13 @@ fn router(shared: Arc<Shared>) -> Router {
 }
 
 async fn models(State(shared): State<Arc<Shared>>) -> Response {
-    let served = read(&shared.script).served_models.clone();
+    let script = read(&shared.script).clone();
+    if let Some(status) = script.models_status {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let body = json!({"error": {"type": "server_error", "message": "the model listing is unavailable"}});
+        return (status, axum::Json(body)).into_response();
+    }
+    let served = script.served_models;
     let data: Vec<Value> = served
         .iter()
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "surety-fake"}))
@@ -299,14 +329,25 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
 /// What one request asks and how the fake will answer it.
 struct Plan {
     call: u64,
+    /// The model the answer names.
     model: String,
+    /// The request's Idempotency-Key.
+    key: Option<String>,
+    /// The first answer to this key, when the fake replays by key.
+    replay: Option<Bytes>,
     behavior: Behavior,
     latency: Latency,
     /// For `Cycle`: how many calls reached the rule before this one.
     rule_calls: u64,
 }
 
-fn plan(shared: &Shared, format: WireFormat, headers: &HeaderMap, body: &Value) -> Plan {
+fn plan(
+    shared: &Shared,
+    format: WireFormat,
+    headers: &HeaderMap,
+    body: &Value,
+    raw: &Bytes,
+) -> Plan {
     let model = body["model"].as_str().unwrap_or_default().to_owned();
     let prompt = prompt_text(body);
     let key = headers
@@ -322,10 +363,15 @@ fn plan(shared: &Shared, format: WireFormat, headers: &HeaderMap, body: &Value) 
     log.requests.push(Recorded {
         format,
         model: model.clone(),
-        idempotency_key: key,
+        idempotency_key: key.clone(),
         body: body.clone(),
+        raw: String::from_utf8_lossy(raw).into_owned(),
     });
     let script = read(&shared.script);
+    let replay = match (&key, script.replay_by_key) {
+        (Some(key), true) => log.answered.get(key).cloned(),
+        _ => None,
+    };
     let matched = script
         .rules
         .iter()
@@ -347,7 +393,9 @@ fn plan(shared: &Shared, format: WireFormat, headers: &HeaderMap, body: &Value) 
     shared.calls.send_replace(call);
     Plan {
         call,
-        model,
+        model: script.answer_model.clone().unwrap_or(model),
+        key,
+        replay,
         behavior,
         latency,
         rule_calls,
@@ -385,15 +433,44 @@ async fn wait(latency: Latency) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
-/// Answers a request as its plan says; `ok` builds a normal answer from the reply text.
-async fn answer(plan: Plan, headers: &HeaderMap, ok: impl Fn(&str) -> Value) -> Response {
+/// How a normal answer is made, per wire format: from the reply text, or
+/// as a refusal in these words.
+trait Answers {
+    fn reply(&self, text: &str) -> Value;
+    fn refusal(&self, words: &str) -> Value;
+}
+
+/// Answers a request as its plan says.
+async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Response {
     wait(plan.latency).await;
+    if let Some(first) = plan.replay {
+        return ([(header::CONTENT_TYPE, "application/json")], first).into_response();
+    }
+    let key = plan.key.clone();
+    let mut behavior = plan.behavior.clone();
+    while let Behavior::Sequence(steps) = behavior {
+        let at = (plan.rule_calls as usize).min(steps.len().saturating_sub(1));
+        behavior = steps.get(at).cloned().unwrap_or(Behavior::Hang);
+    }
+    let body = match behavior {
+        Behavior::Reply(text) => ok.reply(&text),
+        Behavior::Refuse(words) => ok.refusal(&words),
+        Behavior::Cycle(texts) if texts.is_empty() => ok.reply(""),
+        Behavior::Cycle(texts) => ok.reply(&texts[(plan.rule_calls % texts.len() as u64) as usize]),
+        other => return misbehave(Plan { behavior: other, ..plan }, headers, ok).await,
+    };
+    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    if let Some(key) = key {
+        lock(&shared.log).answered.entry(key).or_insert_with(|| bytes.clone());
+    }
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// Every answer that is not a normal one.
+async fn misbehave(plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Response {
     match plan.behavior {
-        Behavior::Reply(text) => axum::Json(ok(&text)).into_response(),
-        Behavior::Cycle(texts) if texts.is_empty() => axum::Json(ok("")).into_response(),
-        Behavior::Cycle(texts) => {
-            let text = &texts[(plan.rule_calls % texts.len() as u64) as usize];
-            axum::Json(ok(text)).into_response()
+        Behavior::Reply(_) | Behavior::Refuse(_) | Behavior::Cycle(_) | Behavior::Sequence(_) => {
+            bad_request("the fake's plan is a normal answer")
         }
         Behavior::Status {
             status,
@@ -409,7 +486,7 @@ async fn answer(plan: Plan, headers: &HeaderMap, ok: impl Fn(&str) -> Value) -> 
         }
         Behavior::Hang => std::future::pending().await,
         Behavior::ResetAfter { bytes } => {
-            let full = serde_json::to_vec(&ok("{\"answer\": \"this body is cut short\"}"))
+            let full = serde_json::to_vec(&ok.reply("{\"answer\": \"this body is cut short\"}"))
                 .unwrap_or_default();
             let head = Bytes::copy_from_slice(&full[..bytes.min(full.len().saturating_sub(1))]);
             let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
@@ -456,10 +533,10 @@ fn receive(
     shared: &Shared,
     format: WireFormat,
     headers: &HeaderMap,
-    body: &Bytes,
+    raw: &Bytes,
 ) -> Option<(Value, Plan)> {
-    let body = serde_json::from_slice::<Value>(body).ok()?;
-    let plan = plan(shared, format, headers, &body);
+    let body = serde_json::from_slice::<Value>(raw).ok()?;
+    let plan = plan(shared, format, headers, &body, raw);
     Some((body, plan))
 }
 
@@ -471,29 +548,52 @@ async fn openai_chat(
     let Some((body, plan)) = receive(&shared, WireFormat::OpenAi, &headers, &body) else {
         return bad_request("the request body is not JSON");
     };
-    let (call, model) = (plan.call, plan.model.clone());
-    let prompt_tokens = word_count(&prompt_text(&body));
-    answer(plan, &headers, |text| {
-        let completion_tokens = word_count(text);
+    let answers = OpenAiAnswer {
+        call: plan.call,
+        model: plan.model.clone(),
+        prompt_tokens: word_count(&prompt_text(&body)),
+    };
+    answer(&shared, plan, &headers, &answers).await
+}
+
+/// A chat completion.
+struct OpenAiAnswer {
+    call: u64,
+    model: String,
+    prompt_tokens: u64,
+}
+
+impl OpenAiAnswer {
+    fn completion(&self, content: Option<&str>, refusal: Option<&str>) -> Value {
+        let completion_tokens = word_count(content.or(refusal).unwrap_or_default());
         json!({
-            "id": format!("chatcmpl-fake-{call}"),
+            "id": format!("chatcmpl-fake-{}", self.call),
             "object": "chat.completion",
             "created": 1_767_225_600,
-            "model": model,
+            "model": self.model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": null},
+                "message": {"role": "assistant", "content": content, "refusal": refusal},
                 "logprobs": null,
                 "finish_reason": "stop",
             }],
             "usage": {
-                "prompt_tokens": prompt_tokens,
+                "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
+                "total_tokens": self.prompt_tokens + completion_tokens,
             },
         })
-    })
-    .await
+    }
+}
+
+impl Answers for OpenAiAnswer {
+    fn reply(&self, text: &str) -> Value {
+        self.completion(Some(text), None)
+    }
+
+    fn refusal(&self, words: &str) -> Value {
+        self.completion(None, Some(words))
+    }
 }
 
 async fn anthropic_messages(
@@ -504,38 +604,67 @@ async fn anthropic_messages(
     let Some((body, plan)) = receive(&shared, WireFormat::Anthropic, &headers, &body) else {
         return bad_request("the request body is not JSON");
     };
-    let (call, model) = (plan.call, plan.model.clone());
-    let prompt_tokens = word_count(&prompt_text(&body));
-    let forced_tool = body["tool_choice"]["name"].as_str().map(str::to_owned);
-    let prefilled = body["messages"]
-        .as_array()
-        .and_then(|m| m.last())
-        .filter(|m| m["role"] == "assistant")
-        .and_then(|m| m["content"].as_str())
-        .map(str::to_owned);
-    answer(plan, &headers, |text| {
-        let (content, stop_reason) = match (&forced_tool, serde_json::from_str::<Value>(text)) {
-            (Some(name), Ok(input)) => {
-                (json!([{"type": "tool_use", "id": format!("toolu_fake_{call}"), "name": name, "input": input}]), "tool_use")
-            }
-            _ => {
-                // A prefilled turn is continued, not repeated.
-                let text = prefilled.as_deref().and_then(|p| text.strip_prefix(p)).unwrap_or(text);
-                (json!([{"type": "text", "text": text}]), "end_turn")
-            }
-        };
+    let answers = AnthropicAnswer {
+        call: plan.call,
+        model: plan.model.clone(),
+        prompt_tokens: word_count(&prompt_text(&body)),
+        forced_tool: body["tool_choice"]["name"].as_str().map(str::to_owned),
+        prefilled: body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .filter(|m| m["role"] == "assistant")
+            .and_then(|m| m["content"].as_str())
+            .map(str::to_owned),
+    };
+    answer(&shared, plan, &headers, &answers).await
+}
+
+/// A Messages response.
+struct AnthropicAnswer {
+    call: u64,
+    model: String,
+    prompt_tokens: u64,
+    forced_tool: Option<String>,
+    prefilled: Option<String>,
+}
+
+impl AnthropicAnswer {
+    fn message(&self, content: Value, stop_reason: &str, text: &str) -> Value {
         json!({
-            "id": format!("msg_fake_{call}"),
+            "id": format!("msg_fake_{}", self.call),
             "type": "message",
             "role": "assistant",
-            "model": model,
+            "model": self.model,
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": null,
-            "usage": {"input_tokens": prompt_tokens, "output_tokens": word_count(text)},
+            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": word_count(text)},
         })
-    })
-    .await
+    }
+}
+
+impl Answers for AnthropicAnswer {
+    fn reply(&self, text: &str) -> Value {
+        match (&self.forced_tool, serde_json::from_str::<Value>(text)) {
+            (Some(name), Ok(input)) => {
+                let content = json!([{"type": "tool_use", "id": format!("toolu_fake_{}", self.call), "name": name, "input": input}]);
+                self.message(content, "tool_use", text)
+            }
+            _ => {
+                // A prefilled turn is continued, not repeated.
+                let text = self
+                    .prefilled
+                    .as_deref()
+                    .and_then(|p| text.strip_prefix(p))
+                    .unwrap_or(text);
+                self.message(json!([{"type": "text", "text": text}]), "end_turn", text)
+            }
+        }
+    }
+
+    fn refusal(&self, words: &str) -> Value {
+        self.message(json!([{"type": "text", "text": words}]), "refusal", words)
+    }
 }
 
 fn bad_request(message: &str) -> Response {

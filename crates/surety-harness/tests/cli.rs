@@ -117,6 +117,14 @@ async fn exit_codes_say_certified_failed_or_could_not_run() {
         report.contains("rule: no invented top-level keys") && report.contains("**facts**"),
         "{report}"
     );
+    // JUnit names the first check that failed, in the order the checks run
+    // (the invented key breaks the schema before the golden snapshot differs).
+    let junit = std::fs::read_to_string(ws_bad.path("out/fake/junit.xml")).unwrap();
+    assert!(
+        junit.contains("<failure message=\"schema (sample 1) failed: schema at ``:"),
+        "{junit}"
+    );
+    assert!(!junit.contains("<failure message=\"golden"), "{junit}");
 
     // No API key: exit 2, naming the variable.
     let ws_key = Workspace::new(
@@ -179,6 +187,89 @@ async fn a_signed_manifest_verifies_and_a_tampered_one_does_not() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         text(&out).contains("REFUSED: the manifest's signature does not verify"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// `verify --require-current --config`: an entry whose provider's model,
+/// base URL or structured-output mode changed since certification is not
+/// current, and the output names the field; restoring the configuration
+/// restores it. A run pointed elsewhere with `--override-base-url` is bound
+/// to that URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_with_the_config_catches_a_changed_provider() {
+    let good = language_fake(false).await;
+    let url = good.openai_base_url();
+    let ws = Workspace::new(&url, "");
+    let out = ws.run(&["certify", "fake", "--accept"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let original = std::fs::read_to_string(ws.path("surety.toml")).unwrap();
+    let manifest = ws.path("manifest.json");
+    let config = ws.path("surety.toml");
+    let verify = [
+        "verify",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--require-current",
+    ];
+    let out = ws.run(&verify).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let changes = [
+        (
+            "model = \"fake-model\"",
+            "model = \"fake-model-v2\"",
+            "provider config changed: model fake-model → fake-model-v2",
+        ),
+        (
+            url.as_str(),
+            "http://127.0.0.1:9/v1",
+            "provider config changed: base_url",
+        ),
+        (
+            "context_window = 16000",
+            "context_window = 16000\nstructured_output = [\"json_object\"]",
+            "provider config changed: structured_mode json_schema → json_object",
+        ),
+    ];
+    for (from, to, named) in changes {
+        std::fs::write(&config, original.replace(from, to)).unwrap();
+        let out = ws.run(&verify).await;
+        assert_eq!(out.status.code(), Some(1), "{to}: {}", text(&out));
+        assert!(text(&out).contains(named), "{named}: {}", text(&out));
+    }
+    std::fs::write(&config, &original).unwrap();
+    let out = ws.run(&verify).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    // Certified against the fake while the configuration names another URL.
+    let elsewhere = Workspace::new("http://127.0.0.1:9/v1", "");
+    std::fs::rename(ws.path("golden"), elsewhere.path("golden")).unwrap();
+    let out = elsewhere
+        .run(&["certify", "fake", "--override-base-url", &format!("fake={url}")])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let entry: Value =
+        serde_json::from_str(&std::fs::read_to_string(elsewhere.path("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(entry["entries"][0]["base_url_override"], "http://127.0.0.1:9/v1");
+    assert_eq!(entry["entries"][0]["provider_config"]["base_url"], url);
+    let manifest = elsewhere.path("manifest.json");
+    let config = elsewhere.path("surety.toml");
+    let verify = [
+        "verify",
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--require-current",
+    ];
+    let out = elsewhere.run(&verify).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("certified with --override-base-url"),
         "{}",
         text(&out)
     );
