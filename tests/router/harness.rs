@@ -105,6 +105,21 @@ impl Router {
         manifest: &Manifest,
         server: &str,
     ) -> Router {
+        let providers: String = providers
+            .iter()
+            .map(|(id, fake)| provider_toml(id, fake))
+            .collect();
+        Router::start_with(db, &providers, routes, manifest, server).await
+    }
+
+    /// As [`Router::start`], with the providers' TOML as given.
+    pub async fn start_with(
+        db: &TestDb,
+        providers: &str,
+        routes: &str,
+        manifest: &Manifest,
+        server: &str,
+    ) -> Router {
         let dir = tempfile::tempdir().unwrap();
         let manifest_path = dir.path().join("manifest.json");
         manifest.write(&manifest_path).unwrap();
@@ -120,9 +135,7 @@ impl Router {
             hash(ACME_ADMIN),
             hash(GLOBEX)
         );
-        for (id, fake) in providers {
-            toml.push_str(&provider_toml(id, fake));
-        }
+        toml.push_str(providers);
         toml.push_str(routes);
         let config = RouterConfig::from_toml(&toml).unwrap();
         let state = AppState::from_config(&config).await.unwrap();

@@ -4,6 +4,7 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod binding;
 mod harness;
 mod scenarios;
 mod sdk;
@@ -18,6 +19,17 @@ surety_tests::both_engines!(scenarios:
     owners_and_keys,
     bad_requests_get_problem_details,
 );
+
+mod certified_is_served {
+    surety_tests::both_engines!(binding:
+        certify_and_serve_send_the_same_bytes,
+        a_changed_provider_config_is_not_served,
+        model_drift_fails_over_and_is_counted,
+        a_failing_model_listing_never_voids_an_answer,
+        the_facade_serves_only_pinned_prompts,
+        a_replay_never_depends_on_the_manifest,
+    );
+}
 
 mod openai_sdk {
     surety_tests::both_engines!(sdk: the_official_openai_sdk_gets_its_answer_once);

@@ -6,16 +6,17 @@ use serde_json::Value;
 use surety_fake_provider::FakeProvider;
 use surety_tests::TestDb;
 
-use crate::harness::{ACME, Router, language_script};
+use crate::harness::{ACME, Router, contract, language_script};
 
 const CLIENT: &str = r#"
 import json, os
 from openai import OpenAI
 
 client = OpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=0)
+# The contract's own prompt, rendered: the facade sends only certified prompts.
 messages = [
-    {"role": "system", "content": "You name the language a customer message is written in. Answer with JSON."},
-    {"role": "user", "content": "Message: Bonjour, je n'arrive pas à télécharger ma facture en PDF."},
+    {"role": "system", "content": os.environ["SYSTEM_PROMPT"]},
+    {"role": "user", "content": os.environ["USER_PROMPT"]},
 ]
 first = client.chat.completions.create(model="language", messages=messages, extra_headers={"Idempotency-Key": "sdk-order-1"})
 again = client.chat.completions.with_raw_response.create(model="language", messages=messages, extra_headers={"Idempotency-Key": "sdk-order-1"})
@@ -26,6 +27,7 @@ print(json.dumps({
     "content": first.choices[0].message.content,
     "model": first.model,
     "replayed": again.headers.get("idempotent-replayed"),
+    "prompt_certified": again.headers.get("surety-prompt-certified"),
 }))
 "#;
 
@@ -42,8 +44,13 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     };
     let fake = FakeProvider::start(language_script()).await.unwrap();
     let router = Router::one_route(db, &fake, "").await;
+    let prompt = contract("language-detect")
+        .render(&serde_json::json!({"text": "Bonjour, je n'arrive pas à télécharger ma facture en PDF."}))
+        .unwrap();
     let output = tokio::process::Command::new(python)
         .args(["-c", CLIENT])
+        .env("SYSTEM_PROMPT", &prompt.system)
+        .env("USER_PROMPT", &prompt.user)
         .env("BASE_URL", &router.base)
         .env("API_KEY", ACME)
         .output()
@@ -66,5 +73,6 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     );
     assert_eq!(seen["model"], "language");
     assert_eq!(seen["replayed"], "true");
+    assert_eq!(seen["prompt_certified"], "true");
     assert_eq!(fake.calls(), 1, "no second provider call");
 }

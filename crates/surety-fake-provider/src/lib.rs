@@ -457,11 +457,24 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
         Behavior::Refuse(words) => ok.refusal(&words),
         Behavior::Cycle(texts) if texts.is_empty() => ok.reply(""),
         Behavior::Cycle(texts) => ok.reply(&texts[(plan.rule_calls % texts.len() as u64) as usize]),
-        other => return misbehave(Plan { behavior: other, ..plan }, headers, ok).await,
+        other => {
+            return misbehave(
+                Plan {
+                    behavior: other,
+                    ..plan
+                },
+                headers,
+                ok,
+            )
+            .await;
+        }
     };
     let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
     if let Some(key) = key {
-        lock(&shared.log).answered.entry(key).or_insert_with(|| bytes.clone());
+        lock(&shared.log)
+            .answered
+            .entry(key)
+            .or_insert_with(|| bytes.clone());
     }
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }

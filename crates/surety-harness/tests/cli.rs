@@ -248,13 +248,21 @@ async fn verify_with_the_config_catches_a_changed_provider() {
     let elsewhere = Workspace::new("http://127.0.0.1:9/v1", "");
     std::fs::rename(ws.path("golden"), elsewhere.path("golden")).unwrap();
     let out = elsewhere
-        .run(&["certify", "fake", "--override-base-url", &format!("fake={url}")])
+        .run(&[
+            "certify",
+            "fake",
+            "--override-base-url",
+            &format!("fake={url}"),
+        ])
         .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let entry: Value =
         serde_json::from_str(&std::fs::read_to_string(elsewhere.path("manifest.json")).unwrap())
             .unwrap();
-    assert_eq!(entry["entries"][0]["base_url_override"], "http://127.0.0.1:9/v1");
+    assert_eq!(
+        entry["entries"][0]["base_url_override"],
+        "http://127.0.0.1:9/v1"
+    );
     assert_eq!(entry["entries"][0]["provider_config"]["base_url"], url);
     let manifest = elsewhere.path("manifest.json");
     let config = elsewhere.path("surety.toml");
