@@ -121,12 +121,23 @@ impl Drop for Server {
     }
 }
 
-/// Starts the server on a free loopback port and waits until it answers.
-pub fn start(paths: &Paths) -> Result<Server> {
+/// Starts the server on loopback, at `port` or else a free one, and waits
+/// until it answers.
+pub fn start(paths: &Paths, port: Option<u16>) -> Result<Server> {
     if !paths.is_installed() {
         bail!("the local provider is not installed; run `cargo xtask local-provider install`");
     }
-    let port = free_port()?;
+    let port = match port {
+        None => free_port()?,
+        Some(port) => {
+            TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+                format!(
+                    "port {port} (providers.local-gemma.base_url in surety.toml) is taken: stop what holds it, or point the provider at another port"
+                )
+            })?;
+            port
+        }
+    };
     let log_path = paths.home.join("server.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
@@ -209,10 +220,10 @@ fn run(command: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask local-provider`: install if needed, serve until stopped.
-pub fn serve(paths: &Paths) -> Result<()> {
+/// `cargo xtask local-provider`: install if needed, serve at `port` until stopped.
+pub fn serve(paths: &Paths, port: Option<u16>) -> Result<()> {
     install(paths)?;
-    let server = start(paths)?;
+    let server = start(paths, port)?;
     println!(
         "local provider: {} (model {}); stop with ctrl-c",
         server.base_url, MODEL_FILE

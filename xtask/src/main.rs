@@ -55,7 +55,9 @@ fn main() -> Result<()> {
         ["test"] => test(&root),
         ["bench", "store"] => bench_store(&root),
         ["bench", "router"] => bench_router(&root),
-        ["local-provider"] => local_provider::serve(&local_provider::Paths::new()?),
+        ["local-provider"] => {
+            local_provider::serve(&local_provider::Paths::new()?, Some(local_port(&root)?))
+        }
         ["local-provider", "install"] => local_provider::install(&local_provider::Paths::new()?),
         ["certify", rest @ ..] => certify(&root, rest),
         ["demo"] => demo(&root),
@@ -95,7 +97,7 @@ fn test(root: &Path) -> Result<()> {
     )?;
     let paths = local_provider::Paths::new()?;
     let server = match (paths.is_installed(), std::env::var_os("CI").is_some()) {
-        (true, _) => Some(local_provider::start(&paths)?),
+        (true, _) => Some(local_provider::start(&paths, None)?),
         (false, true) => bail!(
             "the local model server is not installed and CI is set: run `cargo xtask local-provider install`"
         ),
@@ -127,7 +129,7 @@ fn test(root: &Path) -> Result<()> {
 fn demo(root: &Path) -> Result<()> {
     let paths = local_provider::Paths::new()?;
     local_provider::install(&paths)?;
-    let server = local_provider::start(&paths)?;
+    let server = local_provider::start(&paths, None)?;
     let url = server.base_url.clone();
     let status = cargo_run(
         root,
@@ -146,28 +148,45 @@ fn demo(root: &Path) -> Result<()> {
 }
 
 /// `cargo xtask certify`: the harness binary, with the local model server
-/// started and pointed at when `local-gemma` is certified.
+/// started when `local-gemma` is certified, at the URL `surety.toml` gives
+/// it: the certificate is bound to that URL, so `surety serve` with the same
+/// file (and `cargo xtask local-provider` serving) routes to the model it
+/// certified.
 fn certify(root: &Path, args: &[&str]) -> Result<()> {
     let needs_local = args.iter().any(|a| *a == "local-gemma" || *a == "--all");
     let server = match needs_local {
         true => {
             let paths = local_provider::Paths::new()?;
             local_provider::install(&paths)?;
-            Some(local_provider::start(&paths)?)
+            Some(local_provider::start(&paths, Some(local_port(root)?))?)
         }
         false => None,
     };
-    let base_url = server
-        .as_ref()
-        .map(|s| format!("local-gemma={}", s.base_url));
-    let mut extra: Vec<&str> = Vec::new();
-    if let Some(url) = &base_url {
-        extra.extend(["--base-url", url.as_str()]);
-    }
-    let code = harness(root, "certify", args, &extra)?;
+    let code = harness(root, "certify", args, &[])?;
     // Stop the server before leaving with the harness's status.
     drop(server);
     exit_with(code)
+}
+
+/// The port of `providers.local-gemma.base_url` in `surety.toml`.
+fn local_port(root: &Path) -> Result<u16> {
+    let path = root.join("surety.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let config: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let url = config
+        .get("providers")
+        .and_then(|p| p.get("local-gemma"))
+        .and_then(|p| p.get("base_url"))
+        .and_then(|u| u.as_str())
+        .context("surety.toml has no providers.local-gemma.base_url")?;
+    url.strip_prefix("http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .with_context(|| {
+            format!("providers.local-gemma.base_url is `{url}`; it must be http://127.0.0.1:<port>/v1")
+        })
 }
 
 fn exit_with(code: i32) -> Result<()> {
