@@ -145,6 +145,64 @@ async fn a_server_that_answers_it_failed_is_definite() {
 }
 
 #[tokio::test]
+async fn a_503_keeps_its_retry_after() {
+    let behavior = Behavior::Status {
+        status: 503,
+        body: error_body("overloaded", "try again soon"),
+        retry_after: Some("2".into()),
+    };
+    for kind in ["openai", "anthropic"] {
+        let (error, _) = fail_with(kind, behavior.clone(), "").await;
+        check(
+            &error,
+            FailureKind::ServerError,
+            FailureClass::Definite,
+            Some(503),
+        );
+        assert_eq!(error.retry_after, Some(Duration::from_secs(2)), "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn an_error_object_in_a_200_is_definite_in_the_servers_words() {
+    let behavior = Behavior::Status {
+        status: 200,
+        body: error_body("server_error", "The engine is currently overloaded"),
+        retry_after: None,
+    };
+    for kind in ["openai", "anthropic"] {
+        let (error, _) = fail_with(kind, behavior.clone(), "").await;
+        check(
+            &error,
+            FailureKind::ServerError,
+            FailureClass::Definite,
+            Some(200),
+        );
+        assert!(
+            error.message.contains(
+                "HTTP 200 carrying an error: server_error: The engine is currently overloaded"
+            ),
+            "{kind}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_is_definite_in_the_models_words() {
+    let behavior = Behavior::Refuse("I can't assist with that request.".into());
+    for kind in ["openai", "anthropic"] {
+        let (error, _) = fail_with(kind, behavior.clone(), "").await;
+        check(&error, FailureKind::Refused, FailureClass::Definite, None);
+        assert!(
+            error
+                .message
+                .contains("the model refused: I can't assist with that request."),
+            "{kind}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_response_that_does_not_fit_the_request_is_definite() {
     let (error, _) = fail_with("openai", Behavior::MalformedBody, "").await;
     check(

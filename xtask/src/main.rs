@@ -185,7 +185,9 @@ fn local_port(root: &Path) -> Result<u16> {
         .and_then(|rest| rest.split('/').next())
         .and_then(|port| port.parse().ok())
         .with_context(|| {
-            format!("providers.local-gemma.base_url is `{url}`; it must be http://127.0.0.1:<port>/v1")
+            format!(
+                "providers.local-gemma.base_url is `{url}`; it must be http://127.0.0.1:<port>/v1"
+            )
         })
 }
 

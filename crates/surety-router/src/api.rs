@@ -753,12 +753,20 @@ async fn providers(
         .routes
         .values()
         .map(|r| {
+            // A pinned route whose user template cannot be read back takes
+            // no chat completion at all, and says why.
+            let unpinnable = state
+                .inner
+                .contracts
+                .get(&r.contract)
+                .and_then(|c| c.user_template.as_ref().err());
             json!({
                 "id": r.id,
                 "contract": r.contract,
                 "providers": r.providers,
                 "facade": r.facade.as_str(),
                 "prompt_certified": r.facade == Facade::Pinned,
+                "pinning_unavailable": unpinnable.filter(|_| r.facade == Facade::Pinned),
             })
         })
         .collect();

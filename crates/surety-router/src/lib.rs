@@ -143,6 +143,18 @@ impl AppState {
                 );
             }
         }
+        for route in config.routes.values() {
+            let unpinnable = contracts
+                .get(&route.contract)
+                .and_then(|c| c.user_template.as_ref().err());
+            if let (Some(why), surety_providers::Facade::Pinned) = (unpinnable, route.facade) {
+                tracing::warn!(
+                    route = %route.id,
+                    "the user template of contract `{}` cannot be read back ({why}): /v1/chat/completions refuses this route unless it is `facade = \"output-only\"`",
+                    route.contract
+                );
+            }
+        }
         let providers = config
             .providers
             .iter()

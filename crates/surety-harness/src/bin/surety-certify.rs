@@ -172,8 +172,19 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
         (None, false) => return Err(CouldNotRun(anyhow::anyhow!("name a provider, or --all"))),
     };
     let now = OffsetDateTime::now_utc();
-    let mut manifest =
-        Manifest::load_or_new(&args.manifest, now).map_err(|e| CouldNotRun(e.into()))?;
+    let mut manifest = match Manifest::load_or_new(&args.manifest, now) {
+        Ok(manifest) => manifest,
+        // A format-1 manifest binds no provider configuration or prompt:
+        // nothing in it can be trusted by this build, so none of it is kept.
+        Err(surety_manifest::ManifestError::Format(old)) if old == "surety-manifest/1" => {
+            eprintln!(
+                "note: {} is in the older format `{old}`, whose entries bind neither the provider's configuration nor the prompts; starting a new manifest without them",
+                args.manifest.display()
+            );
+            Manifest::new(now)
+        }
+        Err(e) => return Err(CouldNotRun(e.into())),
+    };
     let mut all_certified = true;
     for target in &targets {
         let provider_config = config
