@@ -36,8 +36,9 @@ commands:
                  run every contract the provider is routed for through it (see surety.toml),
                  write certification/manifest.json and reports under target/certify/;
                  exit 0 certified, 1 failed, 2 could not run
-  manifest verify [--public-key FILE] [--require-current]
-                 check the manifest's signature and whether each entry matches its contract
+  manifest verify [--public-key FILE] [--require-current] [--config surety.toml]
+                 check the manifest's signature and whether each entry matches its contract,
+                 its rendered prompts and (with --config) the provider's configuration
   manifest keygen --out PREFIX
                  write an ed25519 key pair for signing manifests
   local-provider [install]
