@@ -149,7 +149,7 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
     for spec in &args.base_urls {
         let (id, url) = spec
             .split_once('=')
-            .context("--base-url takes <id>=<url>")
+            .context("--override-base-url takes <id>=<url>")
             .map_err(CouldNotRun)?;
         let provider = config
             .providers
