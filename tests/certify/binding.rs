@@ -8,7 +8,7 @@ use serde_json::json;
 use surety_fake_provider::{Behavior, FakeProvider, Script};
 use surety_harness::report;
 
-use crate::{certify, contract, failed_checks, reply, script_for};
+use crate::{certify_one, contract, failed_checks, reply, script_for};
 
 #[tokio::test]
 async fn a_provider_answering_with_another_model_fails_naming_both() {
@@ -17,15 +17,7 @@ async fn a_provider_answering_with_another_model_fails_naming_both() {
     let mut script = script_for(&contract, |_, a| reply(&a));
     script.answer_model = Some("llama-3-8b-instruct".to_owned());
     let fake = FakeProvider::start(script).await.unwrap();
-    let result = certify(
-        &fake,
-        "",
-        std::slice::from_ref(&contract),
-        golden.path(),
-        true,
-    )
-    .await
-    .remove(0);
+    let result = certify_one(&fake, "", &contract, golden.path(), true).await;
     assert!(!result.certified);
     assert_eq!(failed_checks(&result), ["model"]);
     let markdown = report::markdown("fake", std::slice::from_ref(&result));
@@ -49,15 +41,7 @@ async fn a_provider_answering_with_another_model_fails_naming_both() {
         let mut script = script_for(&contract, |_, a| reply(&a));
         script.answer_model = Some(model.to_owned());
         fake.set_script(script);
-        let result = certify(
-            &fake,
-            extra,
-            std::slice::from_ref(&contract),
-            golden.path(),
-            true,
-        )
-        .await
-        .remove(0);
+        let result = certify_one(&fake, extra, &contract, golden.path(), true).await;
         assert!(result.certified, "{model}: {:?}", failed_checks(&result));
     }
 }
@@ -69,15 +53,7 @@ async fn a_provider_that_replays_by_key_cannot_answer_a_new_run_from_an_old_one(
     let mut good = script_for(&contract, |_, a| reply(&a));
     good.replay_by_key = true;
     let fake = FakeProvider::start(good).await.unwrap();
-    let first = certify(
-        &fake,
-        "",
-        std::slice::from_ref(&contract),
-        golden.path(),
-        true,
-    )
-    .await
-    .remove(0);
+    let first = certify_one(&fake, "", &contract, golden.path(), true).await;
     assert!(first.certified);
     let first_keys: BTreeSet<String> = fake
         .requests()
@@ -90,15 +66,7 @@ async fn a_provider_that_replays_by_key_cannot_answer_a_new_run_from_an_old_one(
     let mut degraded = Script::always(Behavior::Reply(json!({"language": "english"}).to_string()));
     degraded.replay_by_key = true;
     fake.set_script(degraded);
-    let second = certify(
-        &fake,
-        "",
-        std::slice::from_ref(&contract),
-        golden.path(),
-        false,
-    )
-    .await
-    .remove(0);
+    let second = certify_one(&fake, "", &contract, golden.path(), false).await;
     assert!(
         !second.certified,
         "the second run's keys are new, so the degraded answers are seen"
@@ -129,15 +97,7 @@ async fn a_transient_429_is_retried_and_a_lasting_one_fails_naming_it() {
         Behavior::Sequence(vec![limited("1"), reply(&a)])
     });
     let fake = FakeProvider::start(once).await.unwrap();
-    let result = certify(
-        &fake,
-        "",
-        std::slice::from_ref(&contract),
-        golden.path(),
-        true,
-    )
-    .await
-    .remove(0);
+    let result = certify_one(&fake, "", &contract, golden.path(), true).await;
     assert!(result.certified, "{:?}", result.failures());
     let retried: usize = result
         .cases
@@ -154,15 +114,7 @@ async fn a_transient_429_is_retried_and_a_lasting_one_fails_naming_it() {
 
     // Refused on every call: the budget runs out and the call fails, naming the status.
     fake.set_script(Script::always(limited("0.01")));
-    let result = certify(
-        &fake,
-        "",
-        std::slice::from_ref(&contract),
-        golden.path(),
-        false,
-    )
-    .await
-    .remove(0);
+    let result = certify_one(&fake, "", &contract, golden.path(), false).await;
     assert!(!result.certified);
     let failure = result
         .failures()
@@ -191,15 +143,7 @@ async fn a_refusal_and_an_error_in_a_200_are_reported_in_the_providers_words() {
         _ => reply(&a),
     });
     let fake = FakeProvider::start(script).await.unwrap();
-    let result = certify(
-        &fake,
-        "",
-        std::slice::from_ref(&contract),
-        golden.path(),
-        true,
-    )
-    .await
-    .remove(0);
+    let result = certify_one(&fake, "", &contract, golden.path(), true).await;
     assert!(!result.certified);
     let markdown = report::markdown("fake", std::slice::from_ref(&result));
     assert!(

@@ -90,6 +90,19 @@ pub async fn certify(
     certify_as(fake_config(fake, extra), contracts, golden, accept).await
 }
 
+/// Certifies a provider at `fake` for the one `contract`.
+pub async fn certify_one(
+    fake: &FakeProvider,
+    extra: &str,
+    contract: &Contract,
+    golden: &Path,
+    accept: bool,
+) -> ContractResult {
+    certify(fake, extra, std::slice::from_ref(contract), golden, accept)
+        .await
+        .remove(0)
+}
+
 /// Certifies the provider `config` for `contracts`, golden snapshots under `golden`.
 pub async fn certify_as(
     config: ProviderConfig,
@@ -210,15 +223,7 @@ async fn misbehave(
     let fake = FakeProvider::start(script_for(&contract, edit))
         .await
         .unwrap();
-    let result = certify(
-        &fake,
-        extra,
-        std::slice::from_ref(&contract),
-        golden.path(),
-        false,
-    )
-    .await
-    .remove(0);
+    let result = certify_one(&fake, extra, &contract, golden.path(), false).await;
     let markdown = report::markdown("fake", std::slice::from_ref(&result));
     (result, markdown, fake)
 }
@@ -391,15 +396,7 @@ async fn special_token_text_in_the_input_is_caught_by_the_tokenizer() {
         .await
         .unwrap();
     let golden = tempfile::tempdir().unwrap();
-    let result = certify(
-        &fake,
-        "",
-        std::slice::from_ref(&contract),
-        golden.path(),
-        true,
-    )
-    .await
-    .remove(0);
+    let result = certify_one(&fake, "", &contract, golden.path(), true).await;
     let case = result
         .cases
         .iter()

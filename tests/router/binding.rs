@@ -219,21 +219,10 @@ async fn chat(
     model: &str,
     messages: Value,
 ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
-    let response = router
-        .client
-        .post(format!("{}/v1/chat/completions", router.base))
-        .bearer_auth(ACME)
-        .header("Idempotency-Key", key)
-        .json(&json!({"model": model, "messages": messages}))
-        .send()
+    let body = json!({"model": model, "messages": messages});
+    router
+        .send("/v1/chat/completions", ACME, key, &body, None)
         .await
-        .unwrap();
-    let (status, headers) = (response.status(), response.headers().clone());
-    (
-        status,
-        headers,
-        response.json().await.unwrap_or(Value::Null),
-    )
 }
 
 pub async fn the_facade_serves_only_pinned_prompts(db: &TestDb) {

@@ -180,9 +180,23 @@ impl Router {
         body: &Value,
         wait: Option<u64>,
     ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        self.send("/v1/jobs", api_key, idempotency_key, body, wait)
+            .await
+    }
+
+    /// `POST <path>` with a JSON body as `api_key`, with an Idempotency-Key
+    /// and an optional `Prefer: wait`.
+    pub async fn send(
+        &self,
+        path: &str,
+        api_key: &str,
+        idempotency_key: &str,
+        body: &Value,
+        wait: Option<u64>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
         let mut request = self
             .client
-            .post(format!("{}/v1/jobs", self.base))
+            .post(format!("{}{path}", self.base))
             .bearer_auth(api_key)
             .header("Idempotency-Key", idempotency_key)
             .json(body);

@@ -464,34 +464,15 @@ impl Certification {
         // The router's own check: parse → schema → rules.
         let checked = surety_exchange::check(contract, &response);
         for step in &checked.steps {
-            sample.checks.push(match step.passed() {
-                true => Check::pass(step.name),
-                false => Check::fail(
-                    step.name,
-                    step.violations
-                        .iter()
-                        .map(surety_exchange::describe)
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                ),
-            });
+            sample.checks.push(verdict(step.name, &step.violations));
         }
         let Some(answer) = checked.answer else {
             sample.raw = Some(response.text);
             return sample;
         };
-        let facts = contract.check_facts(case, &answer);
-        sample.checks.push(match facts.is_empty() {
-            true => Check::pass("facts"),
-            false => Check::fail(
-                "facts",
-                facts
-                    .iter()
-                    .map(surety_exchange::describe)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ),
-        });
+        sample
+            .checks
+            .push(verdict("facts", &contract.check_facts(case, &answer)));
         sample.output = Some(answer);
         sample
     }
@@ -533,6 +514,21 @@ impl Certification {
             ));
             tokio::time::sleep(wait).await;
         }
+    }
+}
+
+/// A check that passes when nothing was found, else fails listing what was.
+fn verdict(name: &'static str, found: &[surety_contracts::Violation]) -> Check {
+    match found.is_empty() {
+        true => Check::pass(name),
+        false => Check::fail(
+            name,
+            found
+                .iter()
+                .map(surety_exchange::describe)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
     }
 }
 

@@ -62,6 +62,22 @@ impl Workspace {
         self.dir.path().join(name)
     }
 
+    /// `verify --manifest <this workspace's> --require-current`, then `extra`.
+    fn verify_args(&self, extra: &[&str]) -> Vec<String> {
+        let manifest = self.path("manifest.json").display().to_string();
+        let mut args: Vec<String> = ["verify", "--manifest", &manifest, "--require-current"]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    }
+
+    /// The same, against this workspace's configuration.
+    fn verify_config_args(&self) -> Vec<String> {
+        let config = self.path("surety.toml").display().to_string();
+        self.verify_args(&["--config", &config])
+    }
+
     async fn run(&self, args: &[&str]) -> Output {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_surety-certify"));
         command.args(args);
@@ -165,14 +181,8 @@ async fn a_signed_manifest_verifies_and_a_tampered_one_does_not() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let manifest = ws.path("manifest.json");
     let public = ws.path("signing.pub");
-    let verify = [
-        "verify",
-        "--manifest",
-        manifest.to_str().unwrap(),
-        "--public-key",
-        public.to_str().unwrap(),
-        "--require-current",
-    ];
+    let verify = ws.verify_args(&["--public-key", public.to_str().unwrap()]);
+    let verify: Vec<&str> = verify.iter().map(String::as_str).collect();
     let out = ws.run(&verify).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("signature: valid"));
@@ -205,16 +215,9 @@ async fn verify_with_the_config_catches_a_changed_provider() {
     let out = ws.run(&["certify", "fake", "--accept"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let original = std::fs::read_to_string(ws.path("surety.toml")).unwrap();
-    let manifest = ws.path("manifest.json");
     let config = ws.path("surety.toml");
-    let verify = [
-        "verify",
-        "--manifest",
-        manifest.to_str().unwrap(),
-        "--config",
-        config.to_str().unwrap(),
-        "--require-current",
-    ];
+    let verify = ws.verify_config_args();
+    let verify: Vec<&str> = verify.iter().map(String::as_str).collect();
     let out = ws.run(&verify).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let changes = [
@@ -264,16 +267,8 @@ async fn verify_with_the_config_catches_a_changed_provider() {
         "http://127.0.0.1:9/v1"
     );
     assert_eq!(entry["entries"][0]["provider_config"]["base_url"], url);
-    let manifest = elsewhere.path("manifest.json");
-    let config = elsewhere.path("surety.toml");
-    let verify = [
-        "verify",
-        "--manifest",
-        manifest.to_str().unwrap(),
-        "--config",
-        config.to_str().unwrap(),
-        "--require-current",
-    ];
+    let verify = elsewhere.verify_config_args();
+    let verify: Vec<&str> = verify.iter().map(String::as_str).collect();
     let out = elsewhere.run(&verify).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
