@@ -106,9 +106,9 @@ async fn main() -> Result<()> {
             );
             for f in r.failures().iter().take(2) {
                 println!(
-                    "      e.g. {} sample {:?}: {}: {}",
+                    "      e.g. {} sample {}: {}: {}",
                     f.case,
-                    f.sample,
+                    f.sample.map_or("-".to_owned(), |s| s.to_string()),
                     f.check,
                     truncate(&f.message)
                 );
@@ -212,6 +212,23 @@ async fn main() -> Result<()> {
             attempt["provider"].as_str().unwrap_or(""),
             attempt["state"].as_str().unwrap_or(""),
             attempt["error"].as_str().map(truncate).unwrap_or_default()
+        );
+    }
+    step("7. What the router routes by (GET /v1/providers)");
+    let listing: Value = client
+        .get(format!("{base}/v1/providers"))
+        .bearer_auth(KEY)
+        .send()
+        .await?
+        .json()
+        .await?;
+    for provider in listing["data"].as_array().into_iter().flatten() {
+        let certification = &provider["certification"]["language-detect"];
+        println!(
+            "  {:<12} {:<18} {}",
+            provider["id"].as_str().unwrap_or(""),
+            certification["status"].as_str().unwrap_or(""),
+            certification["reason"].as_str().unwrap_or("")
         );
     }
     println!("\nEverything is under {}.", dir.display());
