@@ -49,16 +49,6 @@ pub fn request(
     }
 }
 
-/// The request for `input`, rendered through the contract's templates.
-pub fn request_for_input(
-    contract: &Contract,
-    input: &Value,
-    capabilities: &Capabilities,
-) -> Result<ChatRequest, RenderError> {
-    let rendered = contract.render(input)?;
-    Ok(request(contract, messages(&rendered), capabilities))
-}
-
 /// One step of [`check`], in order: `parse`, `schema`, `rules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {

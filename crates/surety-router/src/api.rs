@@ -605,8 +605,10 @@ fn pin(served: &ServedContract, messages: &[Message]) -> Result<Value, String> {
         )
     })?;
     surety_exchange::pinning::read_back(contract, template, messages).map_err(|e| {
+        // A system message that differs names the digest it should have had already.
         let expected = surety_exchange::system_prompt_digest(contract)
-            .map(|d| format!(" (certified system prompt: {d})"))
+            .filter(|_| e.part != "system")
+            .map(|d| format!(" (the certified system prompt is {d})"))
             .unwrap_or_default();
         format!("{e}{expected}")
     })
