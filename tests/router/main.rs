@@ -18,6 +18,7 @@ surety_tests::both_engines!(scenarios:
     a_broken_manifest_is_refused_and_routing_continues,
     owners_and_keys,
     bad_requests_get_problem_details,
+    clients_that_go_away_never_strand_a_job,
 );
 
 mod certified_is_served {

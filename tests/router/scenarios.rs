@@ -519,3 +519,63 @@ pub async fn bad_requests_get_problem_details(db: &TestDb) {
     assert_eq!(status, StatusCode::OK);
     assert!(doc["paths"]["/v1/jobs"]["post"].is_object());
 }
+
+/// 1,000 requests, every third cut by its client at a random moment (before,
+/// during or after the job's commit): every job that was committed reaches
+/// its provider exactly once and settles; none is left `running` or
+/// `unknown` without a provider call.
+pub async fn clients_that_go_away_never_strand_a_job(db: &TestDb) {
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = std::sync::Arc::new(Router::one_route(db, &fake, "").await);
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(48));
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..1000u32 {
+        let (router, slots) = (router.clone(), slots.clone());
+        requests.spawn(async move {
+            let _slot = slots.acquire().await.unwrap();
+            let send = router
+                .client
+                .post(format!("{}/v1/jobs", router.base))
+                .bearer_auth(ACME)
+                .header("Idempotency-Key", format!("tab-{i}"))
+                .json(&detect(&format!("Guten Tag, Rechnung Nummer {i} fehlt.")))
+                .send();
+            match i % 3 {
+                // The client closes its tab: the request is dropped mid-flight.
+                0 => {
+                    let cut = Duration::from_micros(rand::random_range(0..3000));
+                    let _ = tokio::time::timeout(cut, send).await;
+                }
+                _ => assert!(send.await.unwrap().status().is_success()),
+            }
+        });
+    }
+    requests.join_all().await;
+    // Every job's work, wherever its request went, has run to its end.
+    let work = &router.state.inner.tasks;
+    work.close();
+    tokio::time::timeout(WAIT, work.wait()).await.unwrap();
+    let jobs = db.count("SELECT COUNT(*) FROM jobs").await;
+    assert!(
+        jobs >= 666,
+        "every request that was not cut made a job: {jobs}"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM jobs WHERE state <> 'succeeded'")
+            .await,
+        0,
+        "a job left behind by its client"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM attempts WHERE state <> 'succeeded'")
+            .await,
+        0
+    );
+    let keys: std::collections::BTreeSet<String> = fake
+        .requests()
+        .into_iter()
+        .filter_map(|r| r.idempotency_key)
+        .collect();
+    assert_eq!(fake.calls(), jobs as u64, "one provider call per job");
+    assert_eq!(keys.len() as i64, jobs, "each job's own attempt key, once");
+}

@@ -1,5 +1,6 @@
 //! The HTTP API: `fn app(state) -> Router`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -137,7 +138,7 @@ async fn create_job(
         owner: owner.clone(),
         key: idempotency,
         route,
-        served,
+        served: served.clone(),
         input: request.input,
         fingerprint: None,
         messages: surety_exchange::messages(&rendered),
@@ -166,7 +167,7 @@ async fn create_job(
 fn route_and_contract<'s>(
     state: &'s AppState,
     id: &str,
-) -> Result<(Route, &'s ServedContract), ApiError> {
+) -> Result<(Route, &'s Arc<ServedContract>), ApiError> {
     let route = state
         .inner
         .routes
@@ -214,11 +215,11 @@ struct CreatedJob {
 }
 
 /// What a create request asks for, checked.
-struct Intake<'s> {
+struct Intake {
     owner: OwnerId,
     key: IdempotencyKey,
     route: Route,
-    served: &'s ServedContract,
+    served: Arc<ServedContract>,
     input: Value,
     /// Over the whole request (chat completions); by default over the
     /// route and the input.
@@ -233,7 +234,24 @@ struct Intake<'s> {
 /// dispatched at once, after the waiter (`watch`) is registered.
 async fn create_or_replay(
     state: &AppState,
-    intake: Intake<'_>,
+    intake: Intake,
+    watch: bool,
+) -> Result<CreatedJob, ApiError> {
+    // Once asked for, a job's creation and dispatch run on the router's own
+    // task, whatever becomes of this request: a client that goes away
+    // between the commit and the dispatch cannot strand a committed job.
+    let detached = state.clone();
+    state
+        .inner
+        .tasks
+        .spawn(async move { create_and_dispatch(&detached, intake, watch).await })
+        .await
+        .map_err(ApiError::internal)?
+}
+
+async fn create_and_dispatch(
+    state: &AppState,
+    intake: Intake,
     watch: bool,
 ) -> Result<CreatedJob, ApiError> {
     let contract = &intake.served.contract;
@@ -265,7 +283,7 @@ async fn create_or_replay(
     let (job, first, replayed, providers) = match found {
         Some(job) => (job, None, true, Vec::new()),
         None => {
-            let providers = certified(state, &intake.route, intake.served)?;
+            let providers = certified(state, &intake.route, &intake.served)?;
             let first = StartAttempt {
                 provider: providers
                     .first()
@@ -509,7 +527,7 @@ async fn chat_completions(
         owner: owner.clone(),
         key: idempotency,
         route: route.clone(),
-        served,
+        served: served.clone(),
         input,
         fingerprint: Some(fingerprint),
         messages,
@@ -546,13 +564,30 @@ async fn chat_completions(
                 format!("every certified provider failed; the last said: {last}"),
             )
         }
+        (JobState::Unknown, _) => {
+            let open = attempts
+                .iter()
+                .rev()
+                .find(|a| a.state == surety_core::AttemptState::Unknown);
+            let (n, provider) = open.map_or((0, ""), |a| (a.ordinal, a.provider.as_str()));
+            openai_error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "job_unknown",
+                "job_unknown",
+                None,
+                format!(
+                    "job {id} is unknown: attempt {n} at provider `{provider}` got no answer in time, and the provider may have done the work, so nothing is retried on its own. A late answer still completes the job (ask again with the same Idempotency-Key to get it); otherwise an admin cancels the attempt (POST /v1/jobs/{id}/attempts/{n}/cancel) and retries the job (POST /v1/jobs/{id}/retry)",
+                    id = job.id
+                ),
+            )
+        }
         (state_now, _) => openai_error(
             StatusCode::GATEWAY_TIMEOUT,
             "job_not_settled",
             "job_not_settled",
             None,
             format!(
-                "job {} is {state_now}; ask again with the same Idempotency-Key, or GET /v1/jobs/{}",
+                "job {} is {state_now}; ask again with the same Idempotency-Key and the same body to get its answer, or GET /v1/jobs/{}",
                 job.id, job.id
             ),
         ),

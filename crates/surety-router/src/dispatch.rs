@@ -102,7 +102,8 @@ pub struct Drive {
 }
 
 pub fn spawn(state: AppState, drive: Drive) {
-    tokio::spawn(async move {
+    let tasks = state.inner.tasks.clone();
+    tasks.spawn(async move {
         let job_id = drive.job_id.clone();
         run(&state, drive).await;
         state.inner.settled.notify(&job_id);
@@ -213,7 +214,8 @@ async fn attempt(
     let request = surety_exchange::request(&judge.contract, messages, provider.capabilities());
     let heartbeat = {
         let (state, handle) = (state.clone(), handle.clone());
-        tokio::spawn(async move {
+        let tasks = state.inner.tasks.clone();
+        tasks.spawn(async move {
             let mut tick = tokio::time::interval(state.inner.lease / 3);
             tick.tick().await;
             loop {
@@ -232,7 +234,10 @@ async fn attempt(
     };
     let call = CallContext::for_attempt(&handle.job_id.0, handle.ordinal);
     let started = std::time::Instant::now();
-    let mut task = tokio::spawn(call_provider(provider, request, call));
+    let mut task = state
+        .inner
+        .tasks
+        .spawn(call_provider(provider, request, call));
     let outcome = tokio::time::timeout(state.inner.attempt_timeout, &mut task).await;
     heartbeat.abort();
     state
@@ -257,7 +262,7 @@ async fn attempt(
             .await;
             // Keep listening: a late answer goes through compare-and-swap like any other.
             let late = state.clone();
-            tokio::spawn(async move {
+            state.inner.tasks.spawn(async move {
                 if let Ok(Ok(result)) =
                     tokio::time::timeout(late.inner.late_result_window, task).await
                 {

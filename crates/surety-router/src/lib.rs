@@ -42,7 +42,11 @@ pub struct Inner {
     pub providers: BTreeMap<String, ServedProvider>,
     pub routes: BTreeMap<String, Route>,
     /// Shared with every job driven against them.
-    pub contracts: BTreeMap<String, ServedContract>,
+    pub contracts: BTreeMap<String, Arc<ServedContract>>,
+    /// The work of every job (its creation once a request has asked for
+    /// it, its dispatch, heartbeats, provider calls, late results), so
+    /// shutdown (and a test) can wait for it and none of it runs untracked.
+    pub tasks: tokio_util::task::TaskTracker,
     /// The last answer per provider from a model its certificate did not see.
     pub drift: std::sync::Mutex<BTreeMap<String, Drift>>,
     pub api_keys: BTreeMap<String, ApiKey>,
@@ -130,7 +134,7 @@ impl AppState {
                     prompt_digest,
                     contract: Arc::new(c),
                 };
-                Ok((served.contract.id.clone(), served))
+                Ok((served.contract.id.clone(), Arc::new(served)))
             })
             .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
         for route in config.routes.values() {
@@ -183,6 +187,7 @@ impl AppState {
                 routes: config.routes.clone(),
                 contracts,
                 drift: std::sync::Mutex::default(),
+                tasks: tokio_util::task::TaskTracker::new(),
                 api_keys: config.api_keys.clone(),
                 manifest,
                 metrics: Metrics::new()?,
@@ -199,6 +204,7 @@ impl AppState {
     /// changes, and reap the leases of routers that died.
     pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
         let state = self.clone();
+        // Its handle is the caller's, who stops it at shutdown.
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             let mut n: u64 = 0;

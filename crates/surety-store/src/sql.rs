@@ -209,7 +209,7 @@ impl Sql {
             count_unknown: fill("SELECT COUNT(*) AS n FROM attempts WHERE state = 'unknown'"),
             reap_attempt: fill(
                 "UPDATE attempts SET state = 'unknown', unknown_since_ms = {now}, \
-                     error = 'lease expired: the router holding it stopped renewing it' \
+                     error = 'lease expired: its lease was not renewed in time (the router holding it stopped, or could not reach the database); the provider may have done the work' \
                  WHERE job_id = $1 AND ordinal = $2 AND state = 'started' AND lease_expires_at_ms <= {now}",
             ),
         }
