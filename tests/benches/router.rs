@@ -218,13 +218,15 @@ async fn start_router(
     let mut child = tokio::process::Command::new(bin)
         .args(["serve", "--config"])
         .arg(dir.join("surety.toml"))
-        .env("RUST_LOG", "info,surety_store=warn,surety_router=warn")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
+        .env(
+            "RUST_LOG",
+            "info,surety_store=warn,surety_router=warn,tower_http=warn",
+        )
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut base = String::new();
     while let Some(line) = lines.next_line().await.unwrap() {
         if let Some(addr) = line.split("addr=").nth(1) {

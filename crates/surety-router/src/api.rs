@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -16,6 +16,9 @@ use sha2::{Digest, Sha256};
 use surety_core::{Fingerprint, IdempotencyKey, JobState};
 use surety_providers::{Facade, Message, Role};
 use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Instrument;
 
 use crate::config::{ApiKey, Route};
 use crate::dispatch::{self, Drive, Eligible};
@@ -28,7 +31,7 @@ const MAX_WAIT: u64 = 60;
 
 pub fn app(state: AppState) -> Router {
     let limit = state.inner.max_body_bytes;
-    Router::new()
+    let router = Router::new()
         .route("/v1/jobs", post(create_job))
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/jobs/{id}/attempts", get(get_attempts))
@@ -42,8 +45,33 @@ pub fn app(state: AppState) -> Router {
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(Problem::NotFound, "no such endpoint") })
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
+        .with_state(state);
+    // `x-request-id`: taken from the request or made (a UUID), recorded on
+    // a span around everything the request does, so every log line of it
+    // carries `request_id`, and returned on the response. (The last layer
+    // added runs first.)
+    let id = HeaderName::from_static(REQUEST_ID);
+    router
+        .layer(PropagateRequestIdLayer::new(id.clone()))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+        )
+        .layer(SetRequestIdLayer::new(id, MakeRequestUuid))
 }
+
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path())
+}
+
+/// The header that carries a request's id.
+pub const REQUEST_ID: &str = "x-request-id";
 
 fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
     let token = headers
@@ -244,7 +272,7 @@ async fn create_or_replay(
     state
         .inner
         .tasks
-        .spawn(async move { create_and_dispatch(&detached, intake, watch).await })
+        .spawn(async move { create_and_dispatch(&detached, intake, watch).await }.in_current_span())
         .await
         .map_err(ApiError::internal)?
 }

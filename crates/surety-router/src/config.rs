@@ -36,6 +36,7 @@ struct RawServer {
     contracts: Option<String>,
     verifying_key: Option<String>,
     attempt_timeout_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
@@ -72,6 +73,9 @@ pub struct RouterConfig {
     pub contracts: PathBuf,
     pub verifying_key: Option<PathBuf>,
     pub attempt_timeout: Duration,
+    /// How long a shutdown waits for in-flight attempts before it marks
+    /// what remains `unknown`.
+    pub shutdown_grace: Duration,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -151,6 +155,11 @@ impl RouterConfig {
                 "server.attempt_timeout_ms",
                 raw.server.attempt_timeout_ms,
                 60_000,
+            )?,
+            shutdown_grace: ms(
+                "server.shutdown_grace_ms",
+                raw.server.shutdown_grace_ms,
+                30_000,
             )?,
             late_result_window: ms(
                 "server.late_result_window_ms",

@@ -13,6 +13,7 @@ use surety_providers::{
     CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
 };
 use surety_store::{AttemptHandle, Finish, JobId, Outcome, OwnerId, Slot, StartAttempt};
+use tracing::Instrument;
 
 use crate::config::Route;
 use crate::{AppState, Drift, ServedContract};
@@ -103,11 +104,15 @@ pub struct Drive {
 
 pub fn spawn(state: AppState, drive: Drive) {
     let tasks = state.inner.tasks.clone();
-    tasks.spawn(async move {
-        let job_id = drive.job_id.clone();
-        run(&state, drive).await;
-        state.inner.settled.notify(&job_id);
-    });
+    let span = tracing::info_span!("job", job_id = %drive.job_id);
+    tasks.spawn(
+        async move {
+            let job_id = drive.job_id.clone();
+            run(&state, drive).await;
+            state.inner.settled.notify(&job_id);
+        }
+        .instrument(span),
+    );
 }
 
 async fn run(state: &AppState, drive: Drive) {
@@ -212,6 +217,7 @@ async fn attempt(
     };
     // The harness's own builder: what was certified is what is sent.
     let request = surety_exchange::request(&judge.contract, messages, provider.capabilities());
+    let _in_flight = InFlight::enter(&state, &handle);
     let heartbeat = {
         let (state, handle) = (state.clone(), handle.clone());
         let tasks = state.inner.tasks.clone();
@@ -297,6 +303,39 @@ async fn mark_unknown(state: &AppState, handle: &AttemptHandle, reason: &str) {
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "could not mark the attempt unknown")
         }
     }
+}
+
+/// An attempt waiting on its provider, listed in `Inner::in_flight` until dropped.
+struct InFlight {
+    state: AppState,
+    key: (String, i64),
+}
+
+impl InFlight {
+    fn enter(state: &AppState, handle: &AttemptHandle) -> InFlight {
+        let key = (handle.job_id.0.clone(), handle.ordinal);
+        lock(state).insert(key.clone(), handle.clone());
+        InFlight {
+            state: state.clone(),
+            key,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        lock(&self.state).remove(&self.key);
+    }
+}
+
+fn lock(
+    state: &AppState,
+) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<(String, i64), AttemptHandle>> {
+    state
+        .inner
+        .in_flight
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What an attempt's answer is judged by.

@@ -53,6 +53,10 @@ pub struct Inner {
     pub manifest: ManifestHolder,
     pub metrics: Metrics,
     pub attempt_timeout: Duration,
+    pub shutdown_grace: Duration,
+    /// The attempts this router is calling a provider for right now: what a
+    /// shutdown marks `unknown` when its grace period runs out.
+    pub in_flight: std::sync::Mutex<BTreeMap<(String, i64), surety_store::AttemptHandle>>,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -90,18 +94,65 @@ pub struct Drift {
     pub at: String,
 }
 
-/// Serves the API on `listener` until `shutdown` completes.
+/// Serves the API on `listener` until `shutdown` completes, then shuts
+/// down gracefully: no new connections; in-flight attempts get
+/// `shutdown_grace` to finish; those still waiting on a provider then become
+/// `unknown` (the provider may have done the work), so nothing is left
+/// `started` for a reaper to find later. Each step is logged.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let server = axum::serve(listener, app(state.clone()))
+        .with_graceful_shutdown(stopping.clone().cancelled_owned());
+    let mut server = std::pin::pin!(server.into_future());
+    tokio::select! {
+        result = &mut server => return result,
+        () = shutdown => {}
+    }
+    stopping.cancel();
+    let grace = state.inner.shutdown_grace;
+    let open = state.in_flight().len();
+    tracing::info!(
+        in_flight = open,
+        grace_ms = grace.as_millis() as u64,
+        "shutting down: no new connections; waiting for in-flight attempts"
+    );
+    let work = &state.inner.tasks;
+    work.close();
+    if tokio::time::timeout(grace, work.wait()).await.is_err() {
+        let left = state.in_flight();
+        tracing::warn!(
+            attempts = left.len(),
+            "shutdown grace period over: the attempts still waiting on a provider become unknown"
+        );
+        for handle in left {
+            let reason = "the router shut down before the provider answered; the provider may have done the work";
+            if let Err(e) = state.inner.store.mark_unknown(&handle, reason).await {
+                tracing::error!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "could not mark the attempt unknown");
+            }
+        }
+    }
+    // Answers already on their way get a moment to leave.
+    let _ = tokio::time::timeout(Duration::from_millis(500), &mut server).await;
+    tracing::info!("shut down");
+    Ok(())
 }
 
 impl AppState {
+    /// The attempts this router is calling a provider for now.
+    pub fn in_flight(&self) -> Vec<surety_store::AttemptHandle> {
+        self.inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// Builds the state from a validated configuration: opens the store,
     /// loads the contracts, builds the providers (keys from the
     /// environment) and loads the manifest.
@@ -192,6 +243,8 @@ impl AppState {
                 manifest,
                 metrics: Metrics::new()?,
                 attempt_timeout: config.attempt_timeout,
+                shutdown_grace: config.shutdown_grace,
+                in_flight: std::sync::Mutex::default(),
                 late_result_window: config.late_result_window,
                 lease: config.lease,
                 max_body_bytes: config.max_body_bytes,

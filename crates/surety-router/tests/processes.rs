@@ -1,5 +1,6 @@
 //! `surety serve` as processes: killed with SIGKILL mid-attempt and
-//! restarted, and two replicas on one PostgreSQL.
+//! restarted, stopped with SIGTERM mid-attempt, two replicas on one
+//! PostgreSQL, and its JSON log.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -22,13 +23,18 @@ fn repo() -> PathBuf {
 
 /// Writes a config and a manifest certifying `fake-a` for language-detect.
 fn workspace(db: &TestDb, fake: &FakeProvider) -> tempfile::TempDir {
+    workspace_with(db, fake, "")
+}
+
+/// As [`workspace`], with more `[server]` lines.
+fn workspace_with(db: &TestDb, fake: &FakeProvider, server: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let contract =
         surety_contracts::Contract::load(&repo().join("contracts/language-detect")).unwrap();
     let now = time::OffsetDateTime::now_utc();
     let mut manifest = surety_manifest::Manifest::new(now);
     let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\nlease_ms = 60000\nattempt_timeout_ms = 60000\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\nlease_ms = 60000\nattempt_timeout_ms = 60000\n{server}\n\
          [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
          [providers.fake-a]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"a\"\ncontext_window = 16000\n\
          [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n",
@@ -52,34 +58,87 @@ fn workspace(db: &TestDb, fake: &FakeProvider) -> tempfile::TempDir {
 struct Serving {
     child: tokio::process::Child,
     base: String,
+    /// Every line it logged so far.
+    log: tokio::sync::watch::Receiver<Vec<String>>,
 }
 
-/// Starts `surety serve` and waits for the line that says where it listens.
+impl Serving {
+    /// Waits until a logged line satisfies `found`, and returns it.
+    async fn logged(&mut self, found: impl Fn(&str) -> bool) -> String {
+        let lines = tokio::time::timeout(
+            Duration::from_secs(20),
+            self.log.wait_for(|lines| lines.iter().any(|l| found(l))),
+        )
+        .await
+        .expect("the line was logged")
+        .unwrap();
+        lines.iter().find(|l| found(l)).cloned().unwrap()
+    }
+
+    /// Sends SIGTERM and waits for the exit code.
+    async fn terminate(mut self) -> Option<i32> {
+        let pid = self.child.id().unwrap().to_string();
+        let sent = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(sent.success());
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .unwrap()
+            .unwrap()
+            .code()
+    }
+}
+
+/// Starts `surety serve` (with `args`) and waits for the line that says
+/// where it listens. Its log (stderr) is kept, line by line.
 async fn serve(dir: &Path) -> Serving {
+    serve_with(dir, &[]).await
+}
+
+async fn serve_with(dir: &Path, args: &[&str]) -> Serving {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_surety"))
         .args(["serve", "--config"])
         .arg(dir.join("surety.toml"))
+        .args(args)
         .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let base = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(addr) = line.split("addr=").nth(1) {
-                return format!("http://{}", addr.split_whitespace().next().unwrap());
-            }
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (keep, mut log) = tokio::sync::watch::channel(Vec::new());
+    // Keep reading its log so it never blocks on a full pipe.
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            keep.send_modify(|l| l.push(line));
         }
-        panic!("surety serve exited before listening")
-    })
+    });
+    let listening = tokio::time::timeout(
+        Duration::from_secs(30),
+        log.wait_for(|l| l.iter().any(|line| line.contains("surety serving"))),
+    )
     .await
+    .expect("surety serve listens")
+    .unwrap()
+    .iter()
+    .find(|line| line.contains("surety serving"))
+    .cloned()
     .unwrap();
-    // Keep draining its log so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Serving { child, base }
+    // `addr=127.0.0.1:1234` as text, `"addr":"127.0.0.1:1234"` as JSON.
+    let addr = listening
+        .split(|c: char| c.is_whitespace() || c == '"' || c == '=' || c == ',' || c == '}')
+        .find(|w| w.starts_with("127.0.0.1:"))
+        .unwrap()
+        .to_owned();
+    Serving {
+        child,
+        base: format!("http://{addr}"),
+        log,
+    }
 }
 
 async fn create(
@@ -232,4 +291,110 @@ async fn two_replicas_on_one_postgres_make_one_job_of_a_split_double_click() {
     .await;
     assert_eq!(settled["state"], "succeeded", "{settled}");
     assert_eq!(fake.calls(), 1, "one provider call");
+}
+
+async fn shutdown_with_attempts_in_flight(engine: Engine) {
+    let Some(db) = TestDb::new(engine).await else {
+        return;
+    };
+    // One prompt is answered after 300 ms; the others never.
+    let fake = FakeProvider::start(Script::always(Behavior::Hang).rule_with_latency(
+        When::PromptContains("quick".into()),
+        Behavior::Reply(json!({"language": "english"}).to_string()),
+        Latency::FixedMs(300),
+    ))
+    .await
+    .unwrap();
+    let dir = workspace_with(&db, &fake, "shutdown_grace_ms = 1500");
+    let mut first = serve(dir.path()).await;
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for (i, text) in ["A quick question.", "A slow one.", "Another slow one."]
+        .iter()
+        .enumerate()
+    {
+        let (status, body) = create(&client, &first.base, &format!("term-{i}"), text, None).await;
+        assert_eq!(status, 201, "{body}");
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    assert!(fake.wait_for_calls(3, Duration::from_secs(20)).await);
+    let code = first.terminate().await;
+    assert_eq!(code, Some(0), "a graceful shutdown exits 0");
+    let second = serve(dir.path()).await;
+    for (id, expected) in ids.iter().zip(["succeeded", "unknown", "unknown"]) {
+        let job = job(&client, &second.base, id).await;
+        assert_eq!(job["state"], expected, "{job}");
+        let attempt = &job["attempts"][0];
+        assert_eq!(attempt["state"], expected, "{job}");
+        if expected == "unknown" {
+            assert!(
+                attempt["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the router shut down before the provider answered"),
+                "{job}"
+            );
+        }
+    }
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM attempts WHERE state = 'started'")
+            .await,
+        0,
+        "nothing is left started"
+    );
+    assert_eq!(
+        fake.calls(),
+        3,
+        "no provider sees a second call after restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_lets_attempts_finish_then_marks_the_rest_unknown_sqlite() {
+    shutdown_with_attempts_in_flight(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_lets_attempts_finish_then_marks_the_rest_unknown_postgres() {
+    shutdown_with_attempts_in_flight(Engine::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_json_log_line_carries_the_request_id_the_response_returned() {
+    let db = TestDb::new(Engine::Sqlite).await.unwrap();
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(
+        json!({"language": "english"}).to_string(),
+    )))
+    .await
+    .unwrap();
+    let dir = workspace(&db, &fake);
+    let mut serving = serve_with(dir.path(), &["--log-format", "json"]).await;
+    let client = reqwest::Client::new();
+    // A request id the client chose comes back; one it did not is made.
+    let response = client
+        .post(format!("{}/v1/jobs", serving.base))
+        .bearer_auth(KEY)
+        .header("Idempotency-Key", "logged-1")
+        .header("x-request-id", "req-7d1c0f")
+        .json(&json!({"route": "language", "input": {"text": "Hello there."}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(response.headers()["x-request-id"], "req-7d1c0f");
+    let line = serving.logged(|l| l.contains("job created")).await;
+    let line: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(line["span"]["request_id"], "req-7d1c0f", "{line}");
+    let made = client
+        .get(format!("{}/v1/providers", serving.base))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    let id = made.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    let line = serving
+        .logged(|l| l.contains(&id) && l.contains("finished processing request"))
+        .await;
+    assert!(serde_json::from_str::<Value>(&line).is_ok(), "{line}");
 }
