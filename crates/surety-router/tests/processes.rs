@@ -306,7 +306,7 @@ async fn shutdown_with_attempts_in_flight(engine: Engine) {
     .await
     .unwrap();
     let dir = workspace_with(&db, &fake, "shutdown_grace_ms = 1500");
-    let mut first = serve(dir.path()).await;
+    let first = serve(dir.path()).await;
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for (i, text) in ["A quick question.", "A slow one.", "Another slow one."]
