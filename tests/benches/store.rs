@@ -128,7 +128,10 @@ async fn measure_store(store: &Store, clients: usize, duration: Duration) -> f64
                 panic!("not new")
             };
             store
-                .finish_attempt(&handle, Outcome::Succeeded(json!({"category": "billing"})))
+                .finish_attempt(
+                    &handle,
+                    Outcome::Succeeded(json!({"category": "billing"}).into()),
+                )
                 .await
                 .unwrap();
         }

@@ -500,7 +500,11 @@ impl Sut {
                 job,
                 attempt,
                 value,
-            } => self.finish(job, attempt, Outcome::Succeeded(json!({ "v": value }))),
+            } => self.finish(
+                job,
+                attempt,
+                Outcome::Succeeded(json!({ "v": value }).into()),
+            ),
             Op::Fail {
                 job,
                 attempt,

@@ -247,7 +247,7 @@ pub async fn timeout_is_unknown_and_blocks_new_attempts_until_a_late_result(db: 
 
     // The late result resolves it, and wins.
     let finish = store
-        .finish_attempt(&a, Outcome::Succeeded(json!({"answer": 42})))
+        .finish_attempt(&a, Outcome::Succeeded(json!({"answer": 42}).into()))
         .await
         .unwrap();
     let Finish::Won(won) = finish else {
@@ -318,7 +318,7 @@ pub async fn cancel_resolves_unknown_and_the_late_result_loses(db: &TestDb) {
 
     // A's late result arrives: it loses, and stays cancelled.
     let late = store
-        .finish_attempt(&a, Outcome::Succeeded(json!({"from": "a"})))
+        .finish_attempt(&a, Outcome::Succeeded(json!({"from": "a"}).into()))
         .await
         .unwrap();
     assert_eq!(late, Finish::Lost { winner: None });
@@ -332,7 +332,7 @@ pub async fn cancel_resolves_unknown_and_the_late_result_loses(db: &TestDb) {
     );
 
     let Finish::Won(won) = store
-        .finish_attempt(&b, Outcome::Succeeded(json!({"from": "b"})))
+        .finish_attempt(&b, Outcome::Succeeded(json!({"from": "b"}).into()))
         .await
         .unwrap()
     else {
@@ -396,7 +396,7 @@ pub async fn cancelling_one_attempt_leaves_the_other_open_attempt_alone(db: &Tes
         JobState::Running
     );
     let Finish::Won(won) = store
-        .finish_attempt(&h, Outcome::Succeeded(json!({"lang": "fr"})))
+        .finish_attempt(&h, Outcome::Succeeded(json!({"lang": "fr"}).into()))
         .await
         .unwrap()
     else {
@@ -428,7 +428,7 @@ pub async fn reverse_order_finish_first_finisher_wins(db: &TestDb) {
     );
 
     let Finish::Won(won) = store
-        .finish_attempt(&b, Outcome::Succeeded(json!({"lang": "es"})))
+        .finish_attempt(&b, Outcome::Succeeded(json!({"lang": "es"}).into()))
         .await
         .unwrap()
     else {
@@ -437,7 +437,7 @@ pub async fn reverse_order_finish_first_finisher_wins(db: &TestDb) {
     assert_eq!(won.result, Some(json!({"lang": "es"})));
 
     let late = store
-        .finish_attempt(&a, Outcome::Succeeded(json!({"lang": "pt"})))
+        .finish_attempt(&a, Outcome::Succeeded(json!({"lang": "pt"}).into()))
         .await
         .unwrap();
     assert_eq!(
@@ -466,7 +466,7 @@ pub async fn reverse_order_finish_first_finisher_wins(db: &TestDb) {
     );
     // The finished loser cannot finish again.
     let again = store
-        .finish_attempt(&a, Outcome::Succeeded(json!({})))
+        .finish_attempt(&a, Outcome::Succeeded(json!({}).into()))
         .await
         .unwrap_err();
     assert!(
@@ -729,7 +729,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
         .unwrap();
     assert!(matches!(
         store
-            .finish_attempt(&a, Outcome::Succeeded(json!({"done": true})))
+            .finish_attempt(&a, Outcome::Succeeded(json!({"done": true}).into()))
             .await
             .unwrap(),
         Finish::Won(_)
@@ -773,7 +773,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
     };
     assert!(matches!(
         store
-            .finish_attempt(&ghost, Outcome::Succeeded(json!({})))
+            .finish_attempt(&ghost, Outcome::Succeeded(json!({}).into()))
             .await,
         Err(StoreError::JobNotFound(_))
     ));
@@ -791,7 +791,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
     };
     for result in [
         store
-            .finish_attempt(&no_attempt, Outcome::Succeeded(json!({})))
+            .finish_attempt(&no_attempt, Outcome::Succeeded(json!({}).into()))
             .await
             .map(|_| ()),
         store
@@ -818,7 +818,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
     let from_succeeded = [
         (
             store
-                .finish_attempt(&a, Outcome::Succeeded(json!({})))
+                .finish_attempt(&a, Outcome::Succeeded(json!({}).into()))
                 .await
                 .map(|_| ()),
             AttemptEvent::Won,
@@ -1001,7 +1001,7 @@ pub async fn create_and_start_commits_the_job_and_its_first_attempt_together(db:
     assert_eq!(db.count("SELECT COUNT(*) FROM attempts").await, 1);
     // The attempt is an ordinary one: it finishes through compare-and-swap.
     let won = store
-        .finish_attempt(handle, Outcome::Succeeded(json!({"ok": true})))
+        .finish_attempt(handle, Outcome::Succeeded(json!({"ok": true}).into()))
         .await
         .unwrap();
     assert!(matches!(won, Finish::Won(_)), "{won:?}");
@@ -1121,7 +1121,7 @@ pub async fn a_cancel_committed_while_the_result_waits_makes_it_lose(db: &TestDb
         let (store, a) = (store.clone(), a.clone());
         async move {
             store
-                .finish_attempt(&a, Outcome::Succeeded(json!({"late": true})))
+                .finish_attempt(&a, Outcome::Succeeded(json!({"late": true}).into()))
                 .await
         }
     });

@@ -174,6 +174,25 @@ pub struct ChatResponse {
     pub structured_mode: Option<StructuredMode>,
 }
 
+impl ChatResponse {
+    /// Why generation stopped, in OpenAI's words whatever the wire format:
+    /// `stop` (a natural end, a stop sequence, or the forced tool call that
+    /// carries the answer), `length` (the token limit), `content_filter`
+    /// (a refusal or a filter); another provider's own word as it is.
+    pub fn finish_reason_word(&self) -> Option<String> {
+        let raw = self.finish_reason.as_deref()?;
+        Some(
+            match raw {
+                "stop" | "end_turn" | "stop_sequence" | "tool_use" | "tool_calls" => "stop",
+                "length" | "max_tokens" => "length",
+                "content_filter" | "refusal" => "content_filter",
+                other => other,
+            }
+            .to_owned(),
+        )
+    }
+}
+
 /// How a provider can be made to answer in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -13,8 +13,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use surety_core::{Fingerprint, IdempotencyKey, JobState};
-use surety_providers::{Facade, Message, Role};
+use surety_core::{Fingerprint, IdempotencyKey};
+use surety_providers::{Facade, Message};
 use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
@@ -37,7 +37,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/jobs/{id}/attempts", get(get_attempts))
         .route("/v1/jobs/{id}/retry", post(retry))
         .route("/v1/jobs/{id}/attempts/{n}/cancel", post(cancel))
-        .route("/v1/chat/completions", post(chat_completions))
+        .route(
+            "/v1/chat/completions",
+            post(crate::facade::chat_completions),
+        )
+        .route("/v1/models", get(crate::facade::models))
         .route("/v1/providers", get(providers))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -73,7 +77,7 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
 /// The header that carries a request's id.
 pub const REQUEST_ID: &str = "x-request-id";
 
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
+pub(crate) fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -95,7 +99,7 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiErro
 
 /// The request body as JSON; a body over the limit or that does not parse
 /// gets the project's own problem details, never the framework's.
-fn json_body<T: serde::de::DeserializeOwned>(
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| match rejection.status() {
@@ -107,7 +111,7 @@ fn json_body<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
     let raw = headers.get("idempotency-key").ok_or_else(|| {
         ApiError::new(
             Problem::MissingIdempotencyKey,
@@ -192,7 +196,7 @@ async fn create_job(
 }
 
 /// A route and its contract, by the route's id.
-fn route_and_contract<'s>(
+pub(crate) fn route_and_contract<'s>(
     state: &'s AppState,
     id: &str,
 ) -> Result<(Route, &'s Arc<ServedContract>), ApiError> {
@@ -235,32 +239,32 @@ fn certified(
 }
 
 /// A job as a create request found or made it.
-struct CreatedJob {
-    job: Job,
-    replayed: bool,
+pub(crate) struct CreatedJob {
+    pub(crate) job: Job,
+    pub(crate) replayed: bool,
     /// Registered before the job was dispatched, when asked for.
-    waiter: Option<Waiter>,
+    pub(crate) waiter: Option<Waiter>,
 }
 
 /// What a create request asks for, checked.
-struct Intake {
-    owner: OwnerId,
-    key: IdempotencyKey,
-    route: Route,
-    served: Arc<ServedContract>,
-    input: Value,
+pub(crate) struct Intake {
+    pub(crate) owner: OwnerId,
+    pub(crate) key: IdempotencyKey,
+    pub(crate) route: Route,
+    pub(crate) served: Arc<ServedContract>,
+    pub(crate) input: Value,
     /// Over the whole request (chat completions); by default over the
     /// route and the input.
-    fingerprint: Option<Fingerprint>,
+    pub(crate) fingerprint: Option<Fingerprint>,
     /// What the job's attempts send (see [`Drive::messages`]).
-    messages: Vec<Message>,
+    pub(crate) messages: Vec<Message>,
 }
 
 /// Finds the job this owner's key already names (a replay, or a conflict),
 /// whatever the manifest says now; or creates the job with its first
 /// attempt at the first certified provider, in one commit. A new job is
 /// dispatched at once, after the waiter (`watch`) is registered.
-async fn create_or_replay(
+pub(crate) async fn create_or_replay(
     state: &AppState,
     intake: Intake,
     watch: bool,
@@ -363,7 +367,7 @@ fn at_rest(state: surety_core::JobState) -> bool {
 /// created is running and nothing is read until it settles; a replay's job
 /// may have moved since it was read, so it is read again first. Without a
 /// waiter (the client did not ask to wait), the job as it is now, with true.
-async fn wait_at_rest(
+pub(crate) async fn wait_at_rest(
     state: &AppState,
     owner: &OwnerId,
     seen: CreatedJob,
@@ -400,7 +404,7 @@ async fn job_view(state: &AppState, owner: &OwnerId, id: &JobId) -> Result<Value
     Ok(render_job(&job, &attempts))
 }
 
-fn render_job(job: &Job, attempts: &[Attempt]) -> Value {
+pub(crate) fn render_job(job: &Job, attempts: &[Attempt]) -> Value {
     let mut view = json!({
         "id": job.id.0,
         "object": "job",
@@ -416,10 +420,14 @@ fn render_job(job: &Job, attempts: &[Attempt]) -> Value {
         view["result"] = result.clone();
         view["completed_by"] = json!(job.completed_by);
     }
+    if let Some(completion) = &job.completion {
+        view["usage"] = completion["usage"].clone();
+        view["finish_reason"] = completion["finish_reason"].clone();
+    }
     view
 }
 
-fn render_attempt(a: &Attempt) -> Value {
+pub(crate) fn render_attempt(a: &Attempt) -> Value {
     json!({
         "ordinal": a.ordinal,
         "provider": a.provider,
@@ -511,216 +519,13 @@ async fn retry(
         .into_response())
 }
 
-/// `POST /v1/chat/completions`: OpenAI's chat completions, so existing
-/// clients work by changing the base URL. `model` names the route. On a
-/// pinned route (the default) the messages must be a rendering of the
-/// contract's templates: they are read back into the contract's input, and
-/// the job is that input, sent as the harness certified it. On an
-/// `output-only` route the messages pass through. Either way the answer is
-/// checked against the contract. It takes an `Idempotency-Key` too, and the
-/// intent is the whole body: the same key and body answer the same
-/// completion, without a second call.
-async fn chat_completions(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let key = authenticate(&state, &headers)?;
-    let idempotency = idempotency_key(&headers)?;
-    let body: Value = json_body(body)?;
-    let model = body["model"]
-        .as_str()
-        .ok_or_else(|| ApiError::new(Problem::MalformedBody, "`model` must name a route"))?;
-    let (route, served) = route_and_contract(&state, model)?;
-    let sent = chat_messages(&body).map_err(|e| ApiError::new(Problem::MalformedBody, e))?;
-    let (input, messages) = match route.facade {
-        Facade::OutputOnly => (body.clone(), sent),
-        Facade::Pinned => match pin(served, &sent) {
-            Ok(input) => (input, sent),
-            Err(message) => {
-                return Ok(openai_error(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request_error",
-                    "prompt_not_certified",
-                    Some("messages"),
-                    message,
-                ));
-            }
-        },
-    };
-    let owner = OwnerId(key.owner);
-    let fingerprint =
-        Fingerprint::of(&body).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))?;
-    let intake = Intake {
-        owner: owner.clone(),
-        key: idempotency,
-        route: route.clone(),
-        served: served.clone(),
-        input,
-        fingerprint: Some(fingerprint),
-        messages,
-    };
-    let created = create_or_replay(&state, intake, true).await?;
-    let replayed = created.replayed;
-    let limit = state.inner.attempt_timeout + Duration::from_secs(5);
-    let (_, job, attempts) = wait_at_rest(&state, &owner, created, limit).await?;
-    let mut response = match (job.state, &job.result) {
-        (JobState::Succeeded, Some(result)) => Json(json!({
-            "id": format!("chatcmpl-{}", job.id),
-            "object": "chat.completion",
-            "created": job.created_at_ms / 1000,
-            "model": job.route,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": result.to_string(), "refusal": null},
-                "logprobs": null,
-                "finish_reason": "stop",
-            }],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        }))
-        .into_response(),
-        (JobState::Failed, _) => {
-            let last = attempts
-                .last()
-                .and_then(|a| a.error.clone())
-                .unwrap_or_default();
-            openai_error(
-                StatusCode::BAD_GATEWAY,
-                "provider_error",
-                "provider_error",
-                None,
-                format!("every certified provider failed; the last said: {last}"),
-            )
-        }
-        (JobState::Unknown, _) => {
-            let open = attempts
-                .iter()
-                .rev()
-                .find(|a| a.state == surety_core::AttemptState::Unknown);
-            let (n, provider) = open.map_or((0, ""), |a| (a.ordinal, a.provider.as_str()));
-            openai_error(
-                StatusCode::GATEWAY_TIMEOUT,
-                "job_unknown",
-                "job_unknown",
-                None,
-                format!(
-                    "job {id} is unknown: attempt {n} at provider `{provider}` got no answer in time, and the provider may have done the work, so nothing is retried on its own. A late answer still completes the job (ask again with the same Idempotency-Key to get it); otherwise an admin cancels the attempt (POST /v1/jobs/{id}/attempts/{n}/cancel) and retries the job (POST /v1/jobs/{id}/retry)",
-                    id = job.id
-                ),
-            )
-        }
-        (state_now, _) => openai_error(
-            StatusCode::GATEWAY_TIMEOUT,
-            "job_not_settled",
-            "job_not_settled",
-            None,
-            format!(
-                "job {} is {state_now}; ask again with the same Idempotency-Key and the same body to get its answer, or GET /v1/jobs/{}",
-                job.id, job.id
-            ),
-        ),
-    };
-    let out = response.headers_mut();
-    if replayed {
-        out.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    if let Ok(value) = HeaderValue::from_str(&job.id.0) {
-        out.insert("surety-job-id", value);
-    }
-    // Whether a certificate covers the prompt that was sent, not only the answer.
-    out.insert(
-        PROMPT_CERTIFIED,
-        HeaderValue::from_static(match route.facade {
-            Facade::Pinned => "true",
-            Facade::OutputOnly => "false",
-        }),
-    );
-    Ok(response)
-}
-
-/// Says on every facade answer whether its prompt was certified
-/// (`true` on a pinned route, `false` on an output-only one).
-pub const PROMPT_CERTIFIED: &str = "surety-prompt-certified";
-
-/// An error in OpenAI's format.
-fn openai_error(
-    status: StatusCode,
-    kind: &str,
-    code: &str,
-    param: Option<&str>,
-    message: String,
-) -> Response {
-    (
-        status,
-        Json(json!({"error": {"message": message, "type": kind, "param": param, "code": code}})),
-    )
-        .into_response()
-}
-
-/// The input of the route's contract that renders to exactly `messages`,
-/// or what differs.
-fn pin(served: &ServedContract, messages: &[Message]) -> Result<Value, String> {
-    let contract = &served.contract;
-    let template = served.user_template.as_ref().map_err(|why| {
-        format!(
-            "the user template of contract `{}` cannot be read back ({why}), so no request can be shown to be its certified prompt; the route can be served only with `facade = \"output-only\"`",
-            contract.id
-        )
-    })?;
-    surety_exchange::pinning::read_back(contract, template, messages).map_err(|e| {
-        // A system message that differs names the digest it should have had already.
-        let expected = surety_exchange::system_prompt_digest(contract)
-            .filter(|_| e.part != "system")
-            .map(|d| format!(" (the certified system prompt is {d})"))
-            .unwrap_or_default();
-        format!("{e}{expected}")
-    })
-}
-
-/// The messages of an OpenAI chat request: roles system (or developer),
-/// user and assistant, content as text or text parts.
-fn chat_messages(body: &Value) -> Result<Vec<Message>, String> {
-    let messages = body["messages"]
-        .as_array()
-        .ok_or("`messages` must be a list")?;
-    let mut out = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        let role = match m["role"].as_str() {
-            Some("system" | "developer") => Role::System,
-            Some("user") => Role::User,
-            Some("assistant") => Role::Assistant,
-            Some(other) => return Err(format!("`messages[{i}].role`: `{other}` is not supported")),
-            None => return Err(format!("`messages[{i}].role` must be a string")),
-        };
-        let content = match &m["content"] {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .map(|p| match (p["type"].as_str(), p["text"].as_str()) {
-                    (Some("text"), Some(text)) => Ok(text),
-                    _ => Err(format!(
-                        "`messages[{i}].content`: only text parts are supported"
-                    )),
-                })
-                .collect::<Result<Vec<_>, _>>()?
-                .join(""),
-            _ => return Err(format!("`messages[{i}].content` must be text")),
-        };
-        out.push(Message { role, content });
-    }
-    if out.is_empty() {
-        return Err("`messages` is empty".to_owned());
-    }
-    Ok(out)
-}
-
 /// What a stored job's attempts send: a job made by an output-only facade
 /// route holds the whole chat request, every other job the contract's input.
 fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, String> {
     let chat_job = job.input.get("messages").is_some()
         && job.input.get("model").and_then(Value::as_str) == Some(job.route.as_str());
     match chat_job {
-        true => chat_messages(&job.input),
+        true => crate::facade::chat_messages(&job.input).map_err(|e| e.message),
         false => served
             .contract
             .render(&job.input)

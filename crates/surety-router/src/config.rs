@@ -37,6 +37,7 @@ struct RawServer {
     verifying_key: Option<String>,
     attempt_timeout_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
+    allow_keyless_chat: Option<bool>,
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
@@ -76,6 +77,9 @@ pub struct RouterConfig {
     /// How long a shutdown waits for in-flight attempts before it marks
     /// what remains `unknown`.
     pub shutdown_grace: Duration,
+    /// `/v1/chat/completions` takes requests without an Idempotency-Key as
+    /// one-off jobs (no deduplication), instead of refusing them.
+    pub allow_keyless_chat: bool,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -156,6 +160,7 @@ impl RouterConfig {
                 raw.server.attempt_timeout_ms,
                 60_000,
             )?,
+            allow_keyless_chat: raw.server.allow_keyless_chat.unwrap_or(false),
             shutdown_grace: ms(
                 "server.shutdown_grace_ms",
                 raw.server.shutdown_grace_ms,

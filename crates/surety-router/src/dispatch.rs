@@ -12,7 +12,7 @@ use surety_manifest::{Current, Eligibility};
 use surety_providers::{
     CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
 };
-use surety_store::{AttemptHandle, Finish, JobId, Outcome, OwnerId, Slot, StartAttempt};
+use surety_store::{Answer, AttemptHandle, Finish, JobId, Outcome, OwnerId, Slot, StartAttempt};
 use tracing::Instrument;
 
 use crate::config::Route;
@@ -338,6 +338,20 @@ fn lock(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// How the provider answered, kept with the job: its usage, its finish
+/// reason (in OpenAI's words, and as the provider said it) and the model.
+fn completion(response: &ChatResponse) -> serde_json::Value {
+    serde_json::json!({
+        "usage": {
+            "prompt_tokens": response.usage.prompt_tokens,
+            "completion_tokens": response.usage.completion_tokens,
+        },
+        "finish_reason": response.finish_reason_word(),
+        "provider_finish_reason": response.finish_reason,
+        "model": response.model,
+    })
+}
+
 /// What an attempt's answer is judged by.
 struct Judge {
     contract: Arc<Contract>,
@@ -362,6 +376,18 @@ async fn record(
         error,
         give_up: judge.give_up,
     };
+    if let Ok(response) = &result {
+        // Every answered call's tokens, whatever becomes of the answer.
+        for (kind, n) in [
+            ("prompt", response.usage.prompt_tokens),
+            ("completion", response.usage.completion_tokens),
+        ] {
+            metrics
+                .tokens
+                .with_label_values(&[&handle.provider, kind])
+                .inc_by(n);
+        }
+    }
     let outcome = match result {
         Ok(response) if !judge.models.contains(&response.model) => {
             metrics
@@ -397,7 +423,10 @@ async fn record(
         Ok(response) => {
             let checked = surety_exchange::check(contract, &response);
             match (checked.passed(), checked.answer.clone()) {
-                (true, Some(answer)) => Outcome::Succeeded(answer),
+                (true, Some(answer)) => Outcome::Succeeded(Answer {
+                    result: answer,
+                    completion: Some(completion(&response)),
+                }),
                 (_, answer) => {
                     let what = match answer {
                         None => "gave no JSON answer",

@@ -9,6 +9,7 @@ pub mod api;
 pub mod config;
 pub mod dispatch;
 pub mod error;
+pub mod facade;
 pub mod manifest;
 pub mod metrics;
 pub mod settled;
@@ -54,6 +55,7 @@ pub struct Inner {
     pub metrics: Metrics,
     pub attempt_timeout: Duration,
     pub shutdown_grace: Duration,
+    pub allow_keyless_chat: bool,
     /// The attempts this router is calling a provider for right now: what a
     /// shutdown marks `unknown` when its grace period runs out.
     pub in_flight: std::sync::Mutex<BTreeMap<(String, i64), surety_store::AttemptHandle>>,
@@ -244,6 +246,7 @@ impl AppState {
                 metrics: Metrics::new()?,
                 attempt_timeout: config.attempt_timeout,
                 shutdown_grace: config.shutdown_grace,
+                allow_keyless_chat: config.allow_keyless_chat,
                 in_flight: std::sync::Mutex::default(),
                 late_result_window: config.late_result_window,
                 lease: config.lease,

@@ -13,6 +13,7 @@ pub struct Metrics {
     pub conflicts: IntCounter,
     pub attempts: IntCounterVec,
     pub model_drift: IntCounterVec,
+    pub tokens: IntCounterVec,
     pub lost_races: IntCounter,
     pub late_results_discarded: IntCounter,
     pub unknown_attempts_open: IntGauge,
@@ -47,6 +48,14 @@ impl Metrics {
             &["provider", "model"],
         )?;
         registry.register(Box::new(model_drift.clone()))?;
+        let tokens = IntCounterVec::new(
+            Opts::new(
+                "surety_tokens_total",
+                "Tokens of every answered provider call, as the provider counted them, by provider and kind (prompt, completion)",
+            ),
+            &["provider", "kind"],
+        )?;
+        registry.register(Box::new(tokens.clone()))?;
         let provider_latency = HistogramVec::new(
             HistogramOpts::new("surety_provider_latency_seconds", "Provider call latency")
                 .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
@@ -65,6 +74,7 @@ impl Metrics {
             )?,
             attempts,
             model_drift,
+            tokens,
             lost_races: counter(
                 "surety_lost_races_total",
                 "Attempts whose result lost the compare-and-swap",

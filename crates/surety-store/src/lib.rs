@@ -22,8 +22,8 @@ mod store;
 
 pub use error::StoreError;
 pub use model::{
-    Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId,
-    Race, Slot, StartAttempt,
+    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome,
+    OwnerId, Race, Slot, StartAttempt,
 };
 pub use store::{Backend, Store, StoreOptions};
 

@@ -73,6 +73,9 @@ pub struct Job {
     pub completed_by: Option<i64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// How the winning attempt's provider answered (usage, finish reason),
+    /// when it said.
+    pub completion: Option<Value>,
 }
 
 /// Which slot an attempt takes: the job's one regular slot, or the single
@@ -149,10 +152,29 @@ pub struct Attempt {
 #[derive(Debug, Clone)]
 pub enum Outcome {
     /// An answer that keeps the contract.
-    Succeeded(Value),
+    Succeeded(Answer),
     /// A definite failure. With `give_up` the job becomes `failed` (no other
     /// provider is left); otherwise it waits, `queued`, for the next attempt.
     Failed { error: String, give_up: bool },
+}
+
+/// An answer, and how the provider gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// What the job's result becomes.
+    pub result: Value,
+    /// The provider's own record of the call (usage, finish reason), kept
+    /// with the job when this answer wins.
+    pub completion: Option<Value>,
+}
+
+impl From<Value> for Answer {
+    fn from(result: Value) -> Answer {
+        Answer {
+            result,
+            completion: None,
+        }
+    }
 }
 
 /// What finishing an attempt did.

@@ -15,8 +15,8 @@ use surety_core::{
 use crate::conn::{Conn, Param, Val};
 use crate::sql::Sql;
 use crate::{
-    Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, OwnerId, Race, Slot,
-    StoreError,
+    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, OwnerId, Race,
+    Slot, StoreError,
 };
 
 use Param::{Int, OptText, Text};
@@ -243,7 +243,7 @@ pub(crate) async fn complete<C: Conn>(
     c: &mut C,
     sql: &Sql,
     handle: &AttemptHandle,
-    result: &Value,
+    answer: &Answer,
 ) -> Result<Finish, StoreError> {
     // The job's lock first: on PostgreSQL a statement that waited for a row
     // lock still reads other rows as of when it began, so the guards of the
@@ -251,9 +251,12 @@ pub(crate) async fn complete<C: Conn>(
     let winner = lock_job_unscoped(c, sql, &handle.job_id).await?;
     // The compare-and-swap: one statement; the row it returns is the proof
     // it touched one.
-    let result = result.to_string();
+    let (result, completion) = answer_texts(answer);
     let won = c
-        .row(&sql.complete_job, &cas_params(handle, &result))
+        .row(
+            &sql.complete_job,
+            &cas_params(handle, &result, completion.as_deref()),
+        )
         .await?;
     if let Some(row) = won {
         let job = job_from(&row)?;
@@ -292,25 +295,38 @@ pub(crate) async fn complete_at_once<C: Conn>(
     c: &mut C,
     sql: &Sql,
     handle: &AttemptHandle,
-    result: &Value,
+    answer: &Answer,
 ) -> Result<Option<Job>, StoreError> {
     let Some(statement) = &sql.complete_and_close else {
         return Ok(None);
     };
-    let result = result.to_string();
-    let params = cas_params(handle, &result);
+    let (result, completion) = answer_texts(answer);
+    let params = cas_params(handle, &result, completion.as_deref());
     c.row(statement, &params)
         .await?
         .map(|row| job_from(&row))
         .transpose()
 }
 
-fn cas_params<'a>(handle: &'a AttemptHandle, result: &'a str) -> [Param<'a>; 4] {
+/// An answer's result and completion as JSON text.
+fn answer_texts(answer: &Answer) -> (String, Option<String>) {
+    (
+        answer.result.to_string(),
+        answer.completion.as_ref().map(Value::to_string),
+    )
+}
+
+fn cas_params<'a>(
+    handle: &'a AttemptHandle,
+    result: &'a str,
+    completion: Option<&'a str>,
+) -> [Param<'a>; 5] {
     [
         Text(&handle.job_id.0),
         Int(handle.base_version),
         Text(result),
         Int(handle.ordinal),
+        OptText(completion),
     ]
 }
 
@@ -628,7 +644,7 @@ fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
 }
 
 /// How many columns `sql::JOB_COLUMNS` lists.
-const JOB_COLUMNS: usize = 15;
+const JOB_COLUMNS: usize = 16;
 
 /// A job from a row of `sql::JOB_COLUMNS`, in their order.
 fn job_from(row: &[Val]) -> Result<Job, StoreError> {
@@ -650,6 +666,10 @@ fn job_from(row: &[Val]) -> Result<Job, StoreError> {
         completed_by: get(12, "completed_by")?.opt_int("completed_by")?,
         created_at_ms: get(13, "created_at_ms")?.int("created_at_ms")?,
         updated_at_ms: get(14, "updated_at_ms")?.int("updated_at_ms")?,
+        completion: get(15, "completion")?
+            .opt_text("completion")?
+            .map(|text| parse_json("completion", &text))
+            .transpose()?,
     })
 }
 

@@ -40,7 +40,7 @@ pub struct Sql {
 }
 
 const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contract_digest, input, \
-     fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms";
+     fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms, completion";
 
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
      lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
@@ -145,7 +145,7 @@ impl Sql {
             // The compare-and-swap: the first open attempt to finish wins.
             complete_job: fill(
                 "UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
-                     version = version + 1, updated_at_ms = {now} \
+                     completion = $5, version = version + 1, updated_at_ms = {now} \
                  WHERE id = $1 AND version = $2 AND completed_by IS NULL \
                  AND EXISTS (SELECT 1 FROM attempts a \
                              WHERE a.job_id = $1 AND a.ordinal = $4 AND a.state IN {open}) \
@@ -167,7 +167,7 @@ impl Sql {
                          AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
                          RETURNING ordinal) \
                      UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
-                         version = version + 1, updated_at_ms = {now} \
+                         completion = $5, version = version + 1, updated_at_ms = {now} \
                      WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
                      RETURNING {job_columns}",
                 )

@@ -40,7 +40,10 @@ const MAX_BATCH: usize = 256;
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
 /// The schema, in the file PostgreSQL's migrator reads too.
-const MIGRATIONS: [&str; 1] = [include_str!("../migrations/0001_jobs_and_attempts.sql")];
+const MIGRATIONS: [&str; 2] = [
+    include_str!("../migrations/0001_jobs_and_attempts.sql"),
+    include_str!("../migrations/0002_job_completion.sql"),
+];
 
 /// An operation queued for the writer.
 trait Write: Send {

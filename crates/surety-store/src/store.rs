@@ -311,8 +311,8 @@ impl Store {
     ) -> Result<Finish, StoreError> {
         let owned = handle.clone();
         let finish = match &outcome {
-            Outcome::Succeeded(result) => {
-                let result = result.clone();
+            Outcome::Succeeded(answer) => {
+                let result = answer.clone();
                 // One statement, no transaction, where the engine can; the
                 // loss (rare, and several statements) in a transaction.
                 let at_once = match &self.engine {
