@@ -1,8 +1,8 @@
 //! The official OpenAI Python SDK, unchanged, as a client of the router's
-//! `/v1/chat/completions` (installed by `cargo xtask test` into the cache
-//! and named by `SURETY_OPENAI_SDK_PYTHON`).
+//! `/v1/chat/completions` and `/v1/models` (installed by `cargo xtask test`
+//! into the cache and named by `SURETY_OPENAI_SDK_PYTHON`).
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use surety_fake_provider::FakeProvider;
 use surety_tests::TestDb;
 
@@ -10,25 +10,59 @@ use crate::harness::{ACME, Router, contract, language_script};
 
 const CLIENT: &str = r#"
 import json, os
+import openai
 from openai import OpenAI
 
-client = OpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=0)
+base = os.environ["BASE_URL"] + "/v1"
+# The SDK's own retry policy, as users run it.
+client = OpenAI(base_url=base, api_key=os.environ["API_KEY"], max_retries=2)
 # The contract's own prompt, rendered: the facade sends only certified prompts.
-messages = [
-    {"role": "system", "content": os.environ["SYSTEM_PROMPT"]},
-    {"role": "user", "content": os.environ["USER_PROMPT"]},
-]
-first = client.chat.completions.create(model="language", messages=messages, extra_headers={"Idempotency-Key": "sdk-order-1"})
-again = client.chat.completions.with_raw_response.create(model="language", messages=messages, extra_headers={"Idempotency-Key": "sdk-order-1"})
+def prompt(user):
+    return [
+        {"role": "system", "content": os.environ["SYSTEM_PROMPT"]},
+        {"role": "user", "content": user},
+    ]
+french, german = prompt(os.environ["USER_FRENCH"]), prompt(os.environ["USER_GERMAN"])
+key = lambda k: {"Idempotency-Key": k}
+seen = {}
+
+first = client.chat.completions.create(model="language", messages=french, extra_headers=key("sdk-order-1"))
+again = client.chat.completions.with_raw_response.create(model="language", messages=french, extra_headers=key("sdk-order-1"))
 second = again.parse()
-print(json.dumps({
-    "first_id": first.id,
-    "second_id": second.id,
-    "content": first.choices[0].message.content,
-    "model": first.model,
-    "replayed": again.headers.get("idempotent-replayed"),
-    "prompt_certified": again.headers.get("surety-prompt-certified"),
-}))
+seen["first_id"], seen["second_id"] = first.id, second.id
+seen["content"] = first.choices[0].message.content
+seen["finish_reason"] = first.choices[0].finish_reason
+seen["usage"] = first.usage.model_dump()
+seen["model"] = first.model
+seen["replayed"] = again.headers.get("idempotent-replayed")
+seen["prompt_certified"] = again.headers.get("surety-prompt-certified")
+
+def streamed(k):
+    chunks = list(client.chat.completions.create(
+        model="language", messages=german, stream=True,
+        stream_options={"include_usage": True}, extra_headers=key(k)))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    usage = [c.usage.model_dump() for c in chunks if c.usage]
+    return {"chunks": len(chunks), "text": text, "finish": finish, "usage": usage}
+seen["stream"] = streamed("sdk-stream-1")
+seen["stream_again"] = streamed("sdk-stream-1")
+
+seen["models"] = [m.id for m in client.models.list()]
+
+def error(call):
+    try:
+        call()
+    except openai.APIStatusError as e:
+        return {"class": type(e).__name__, "status": e.status_code, "message": e.message, "param": getattr(e, "param", None)}
+    return None
+seen["no_key"] = error(lambda: client.chat.completions.create(model="language", messages=french))
+seen["conflict"] = error(lambda: client.chat.completions.create(model="language", messages=german, extra_headers=key("sdk-order-1")))
+bad = OpenAI(base_url=base, api_key="not-a-key", max_retries=2)
+seen["bad_key"] = error(lambda: bad.chat.completions.create(model="language", messages=french, extra_headers=key("sdk-order-9")))
+tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
+seen["tools"] = error(lambda: client.chat.completions.create(model="language", messages=french, tools=[tool], extra_headers=key("sdk-order-2")))
+print(json.dumps(seen))
 "#;
 
 pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
@@ -44,15 +78,17 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     };
     let fake = FakeProvider::start(language_script()).await.unwrap();
     let router = Router::one_route(db, &fake, "").await;
-    let prompt = contract("language-detect")
-        .render(&serde_json::json!({"text": "Bonjour, je n'arrive pas à télécharger ma facture en PDF."}))
-        .unwrap();
+    let language = contract("language-detect");
+    let render = |text: &str| language.render(&json!({"text": text})).unwrap();
+    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
+    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
     let output = tokio::process::Command::new(python)
         .args(["-c", CLIENT])
-        .env("SYSTEM_PROMPT", &prompt.system)
-        .env("USER_PROMPT", &prompt.user)
         .env("BASE_URL", &router.base)
         .env("API_KEY", ACME)
+        .env("SYSTEM_PROMPT", &french.system)
+        .env("USER_FRENCH", &french.user)
+        .env("USER_GERMAN", &german.user)
         .output()
         .await
         .unwrap();
@@ -62,6 +98,7 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
         String::from_utf8_lossy(&output.stderr)
     );
     let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    // A plain call, and its replay.
     assert_eq!(
         seen["first_id"], seen["second_id"],
         "the same Idempotency-Key gets the same completion: {seen}"
@@ -69,10 +106,53 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     assert!(seen["first_id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(
         serde_json::from_str::<Value>(seen["content"].as_str().unwrap()).unwrap(),
-        serde_json::json!({"language": "french"})
+        json!({"language": "french"})
     );
     assert_eq!(seen["model"], "language");
     assert_eq!(seen["replayed"], "true");
     assert_eq!(seen["prompt_certified"], "true");
-    assert_eq!(fake.calls(), 1, "no second provider call");
+    assert_eq!(seen["finish_reason"], "stop");
+    let usage = &seen["usage"];
+    assert!(
+        usage["prompt_tokens"].as_u64().unwrap() > 0
+            && usage["completion_tokens"].as_u64().unwrap() > 0
+            && usage["total_tokens"].as_u64().unwrap()
+                == usage["prompt_tokens"].as_u64().unwrap()
+                    + usage["completion_tokens"].as_u64().unwrap(),
+        "the provider's usage: {seen}"
+    );
+    // Streamed, then streamed again from the stored answer.
+    let stream = &seen["stream"];
+    assert_eq!(
+        serde_json::from_str::<Value>(stream["text"].as_str().unwrap()).unwrap(),
+        json!({"language": "german"}),
+        "{seen}"
+    );
+    assert!(stream["chunks"].as_u64().unwrap() >= 3, "{seen}");
+    assert_eq!(stream["finish"], json!(["stop"]));
+    assert_eq!(stream["usage"].as_array().unwrap().len(), 1, "{seen}");
+    assert_eq!(seen["stream_again"]["text"], stream["text"]);
+    assert_eq!(fake.calls(), 2, "one provider call per intent, replays included");
+    // The routes as models.
+    assert_eq!(seen["models"], json!(["language"]));
+    // Errors the SDK raises as its typed exceptions.
+    let no_key = &seen["no_key"];
+    assert_eq!(no_key["class"], "BadRequestError", "{seen}");
+    assert!(
+        no_key["message"]
+            .as_str()
+            .unwrap()
+            .contains("extra_headers={\"Idempotency-Key\""),
+        "{seen}"
+    );
+    assert_eq!(seen["conflict"]["class"], "ConflictError", "{seen}");
+    assert_eq!(
+        router.metric("surety_idempotency_conflicts_total").await,
+        1.0,
+        "raised once: the SDK does not retry a conflict"
+    );
+    assert_eq!(seen["bad_key"]["class"], "AuthenticationError", "{seen}");
+    assert_eq!(seen["tools"]["class"], "BadRequestError", "{seen}");
+    assert_eq!(seen["tools"]["param"], "tools", "{seen}");
+    assert_eq!(fake.calls(), 2, "no refused request reached the provider");
 }
