@@ -19,6 +19,7 @@ surety_tests::both_engines!(scenarios:
     owners_and_keys,
     bad_requests_get_problem_details,
     clients_that_go_away_never_strand_a_job,
+    the_http_edge_answers_in_problem_details,
 );
 
 mod certified_is_served {

@@ -579,3 +579,143 @@ pub async fn clients_that_go_away_never_strand_a_job(db: &TestDb) {
     assert_eq!(fake.calls(), jobs as u64, "one provider call per job");
     assert_eq!(keys.len() as i64, jobs, "each job's own attempt key, once");
 }
+
+/// The native API's edge: each bad request gets its status as problem
+/// details (what the HTTP parser refuses itself, a status), and none makes
+/// a job; the auth scheme is case-insensitive.
+pub async fn the_http_edge_answers_in_problem_details(db: &TestDb) {
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    let body = detect("Hola").to_string();
+    let big = "x".repeat(20_000);
+    // (what, method, path, headers, body, status, problem type or none)
+    let cases: Vec<(&str, &str, &str, Vec<(&str, &str)>, &str, u16, Option<&str>)> = vec![
+        (
+            "an array body",
+            "POST",
+            "/v1/jobs",
+            vec![("content-type", "application/json")],
+            r#"["language", {"text": "Hola"}]"#,
+            400,
+            Some("malformed-body"),
+        ),
+        (
+            "text/plain",
+            "POST",
+            "/v1/jobs",
+            vec![("content-type", "text/plain")],
+            &body,
+            415,
+            Some("unsupported-media-type"),
+        ),
+        (
+            "no content type",
+            "POST",
+            "/v1/jobs",
+            vec![],
+            &body,
+            415,
+            Some("unsupported-media-type"),
+        ),
+        (
+            "unknown fields",
+            "POST",
+            "/v1/jobs",
+            vec![("content-type", "application/json")],
+            r#"{"route": "language", "input": {"text": "Hola"}, "priority": 1}"#,
+            400,
+            Some("malformed-body"),
+        ),
+        (
+            "a bad path segment",
+            "POST",
+            "/v1/jobs/some-job/attempts/first/cancel",
+            vec![],
+            "",
+            400,
+            Some("malformed-body"),
+        ),
+        (
+            "a method the path does not take",
+            "DELETE",
+            "/v1/jobs",
+            vec![],
+            "",
+            405,
+            Some("method-not-allowed"),
+        ),
+        (
+            "an oversized header",
+            "GET",
+            "/v1/providers",
+            vec![("x-padding", &big)],
+            "",
+            431,
+            Some("headers-too-large"),
+        ),
+        (
+            "no such endpoint",
+            "GET",
+            "/v1/nothing",
+            vec![],
+            "",
+            404,
+            Some("not-found"),
+        ),
+    ];
+    for (what, method, path, headers, payload, status, kind) in cases {
+        let mut request = router
+            .client
+            .request(method.parse().unwrap(), format!("{}{path}", router.base))
+            .bearer_auth(ACME_ADMIN)
+            .header("Idempotency-Key", format!("edge-{what}"))
+            .body(payload.to_owned());
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{what}");
+        if let Some(kind) = kind {
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/problem+json",
+                "{what}"
+            );
+            let problem: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(
+                problem["type"],
+                format!("https://surety.dev/problems/{kind}"),
+                "{what}: {problem}"
+            );
+        }
+    }
+    // The auth scheme in any case (RFC 9110).
+    let listing = router
+        .client
+        .get(format!("{}/v1/providers", router.base))
+        .header("authorization", format!("bearer {ACME}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listing.status(), StatusCode::OK);
+    // A control character in a header value: the HTTP parser refuses it.
+    let mut raw = tokio::net::TcpStream::connect(router.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    raw.write_all(
+        format!("POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ACME}\r\nIdempotency-Key: a\x01b\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM jobs").await,
+        0,
+        "no job was made"
+    );
+    assert_eq!(fake.calls(), 0);
+}

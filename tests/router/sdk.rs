@@ -132,7 +132,11 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     assert_eq!(stream["finish"], json!(["stop"]));
     assert_eq!(stream["usage"].as_array().unwrap().len(), 1, "{seen}");
     assert_eq!(seen["stream_again"]["text"], stream["text"]);
-    assert_eq!(fake.calls(), 2, "one provider call per intent, replays included");
+    assert_eq!(
+        fake.calls(),
+        2,
+        "one provider call per intent, replays included"
+    );
     // The routes as models.
     assert_eq!(seen["models"], json!(["language"]));
     // Errors the SDK raises as its typed exceptions.

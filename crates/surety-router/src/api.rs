@@ -3,16 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use surety_core::{Fingerprint, IdempotencyKey};
 use surety_providers::{Facade, Message};
 use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
@@ -20,9 +17,10 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Instrument;
 
-use crate::config::{ApiKey, Route};
+use crate::config::Route;
 use crate::dispatch::{self, Drive, Eligible};
 use crate::error::{ApiError, Problem};
+use crate::extract::{Caller, JsonObject, PathParams};
 use crate::settled::Waiter;
 use crate::{AppState, ServedContract};
 
@@ -48,6 +46,12 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::new(Problem::NotFound, "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                Problem::MethodNotAllowed,
+                "this endpoint does not take that method; /openapi.json lists what it takes",
+            )
+        })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state);
     // `x-request-id`: taken from the request or made (a UUID), recorded on
@@ -56,6 +60,7 @@ pub fn app(state: AppState) -> Router {
     // added runs first.)
     let id = HeaderName::from_static(REQUEST_ID);
     router
+        .layer(axum::middleware::from_fn(header_limit))
         .layer(PropagateRequestIdLayer::new(id.clone()))
         .layer(
             TraceLayer::new_for_http()
@@ -63,6 +68,29 @@ pub fn app(state: AppState) -> Router {
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::new(id, MakeRequestUuid))
+}
+
+/// The most header bytes (names and values) a request may carry.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Refuses, as problem details, a request whose headers exceed
+/// [`MAX_HEADER_BYTES`]. (Bytes no HTTP header may hold, such as control
+/// characters, are refused by the HTTP parser itself, before any of this
+/// runs: its 400 carries no body.)
+async fn header_limit(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let size: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if size > MAX_HEADER_BYTES {
+        return ApiError::new(
+            Problem::HeadersTooLarge,
+            format!("the headers hold {size} bytes; at most {MAX_HEADER_BYTES} are taken"),
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
@@ -76,40 +104,6 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
 
 /// The header that carries a request's id.
 pub const REQUEST_ID: &str = "x-request-id";
-
-pub(crate) fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| {
-            ApiError::new(
-                Problem::Unauthorized,
-                "send `Authorization: Bearer <API key>`",
-            )
-        })?;
-    let hash = hex::encode(Sha256::digest(token.trim().as_bytes()));
-    state
-        .inner
-        .api_keys
-        .get(&hash)
-        .cloned()
-        .ok_or_else(|| ApiError::new(Problem::Unauthorized, "unknown API key"))
-}
-
-/// The request body as JSON; a body over the limit or that does not parse
-/// gets the project's own problem details, never the framework's.
-pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<T, ApiError> {
-    let bytes = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::new(Problem::PayloadTooLarge, rejection.body_text())
-        }
-        _ => ApiError::new(Problem::MalformedBody, rejection.body_text()),
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::new(Problem::MalformedBody, e.to_string()))
-}
 
 pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
     let raw = headers.get("idempotency-key").ok_or_else(|| {
@@ -143,12 +137,11 @@ struct CreateJob {
 
 async fn create_job(
     State(state): State<AppState>,
+    Caller(key): Caller,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    JsonObject(request): JsonObject<CreateJob>,
 ) -> Result<Response, ApiError> {
-    let key = authenticate(&state, &headers)?;
     let idempotency = idempotency_key(&headers)?;
-    let request: CreateJob = json_body(body)?;
     if !request.input.is_object() {
         return Err(ApiError::new(
             Problem::MalformedBody,
@@ -441,10 +434,9 @@ pub(crate) fn render_attempt(a: &Attempt) -> Value {
 
 async fn get_job(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Caller(key): Caller,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let key = authenticate(&state, &headers)?;
     Ok(Json(
         job_view(&state, &OwnerId(key.owner), &JobId(id)).await?,
     ))
@@ -452,10 +444,9 @@ async fn get_job(
 
 async fn get_attempts(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Caller(key): Caller,
+    PathParams(id): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let key = authenticate(&state, &headers)?;
     let attempts = state
         .inner
         .store
@@ -468,10 +459,9 @@ async fn get_attempts(
 
 async fn retry(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    Caller(key): Caller,
+    PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
-    let key = authenticate(&state, &headers)?;
     let owner = OwnerId(key.owner);
     let job = state.inner.store.job(&owner, &JobId(id)).await?;
     let (route, served) = route_and_contract(&state, &job.route)?;
@@ -536,10 +526,9 @@ fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, Stri
 
 async fn cancel(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Path((id, n)): Path<(String, i64)>,
+    Caller(key): Caller,
+    PathParams((id, n)): PathParams<(String, i64)>,
 ) -> Result<Json<Value>, ApiError> {
-    let key = authenticate(&state, &headers)?;
     if !key.admin {
         return Err(ApiError::new(
             Problem::Forbidden,
@@ -571,9 +560,8 @@ async fn cancel(
 
 async fn providers(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    _caller: Caller,
 ) -> Result<Json<Value>, ApiError> {
-    authenticate(&state, &headers)?;
     let drift = state
         .inner
         .drift

@@ -16,9 +16,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
@@ -27,11 +25,9 @@ use surety_core::{AttemptState, Fingerprint, IdempotencyKey, JobState};
 use surety_providers::{Facade, Message, Role};
 use surety_store::{Attempt, Job, OwnerId};
 
-use crate::api::{
-    Intake, authenticate, create_or_replay, idempotency_key, json_body, route_and_contract,
-    wait_at_rest,
-};
+use crate::api::{Intake, create_or_replay, idempotency_key, route_and_contract, wait_at_rest};
 use crate::error::{ApiError, Problem};
+use crate::extract::{Caller, JsonObject};
 use crate::{AppState, ServedContract};
 
 /// Says on every facade answer whether its prompt was certified
@@ -131,7 +127,7 @@ impl From<ApiError> for OpenAiError {
                 None,
                 Some(false),
             ),
-            Problem::PayloadTooLarge => (
+            Problem::PayloadTooLarge | Problem::HeadersTooLarge => (
                 "invalid_request_error",
                 "request_too_large",
                 None,
@@ -178,8 +174,8 @@ impl From<ApiError> for OpenAiError {
 }
 
 /// `GET /v1/models`: the routes, as OpenAI lists models.
-pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = authenticate(&state, &headers) {
+pub async fn models(State(state): State<AppState>, caller: Result<Caller, ApiError>) -> Response {
+    if let Err(e) = caller {
         return OpenAiError::from(e).into_response();
     }
     let data: Vec<Value> = state
@@ -194,10 +190,11 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
 /// `POST /v1/chat/completions`.
 pub async fn chat_completions(
     State(state): State<AppState>,
+    caller: Result<Caller, ApiError>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<JsonObject<Value>, ApiError>,
 ) -> Response {
-    match chat(&state, &headers, body).await {
+    match chat(&state, caller, &headers, body).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
@@ -212,11 +209,12 @@ struct Delivery {
 
 async fn chat(
     state: &AppState,
+    caller: Result<Caller, ApiError>,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<JsonObject<Value>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    let key = authenticate(state, headers)?;
-    let body: Value = json_body(body)?;
+    let Caller(key) = caller?;
+    let JsonObject(body) = body?;
     let Some(request) = body.as_object() else {
         return Err(OpenAiError::bad_request(
             "invalid_request",

@@ -9,6 +9,7 @@ pub mod api;
 pub mod config;
 pub mod dispatch;
 pub mod error;
+pub mod extract;
 pub mod facade;
 pub mod manifest;
 pub mod metrics;
