@@ -580,6 +580,17 @@ pub async fn clients_that_go_away_never_strand_a_job(db: &TestDb) {
     assert_eq!(keys.len() as i64, jobs, "each job's own attempt key, once");
 }
 
+/// A bad request to the native API, and the problem it must get.
+struct Bad<'a> {
+    what: &'a str,
+    method: &'a str,
+    path: &'a str,
+    headers: Vec<(&'a str, &'a str)>,
+    body: &'a str,
+    status: u16,
+    problem: &'a str,
+}
+
 /// The native API's edge: each bad request gets its status as problem
 /// details (what the HTTP parser refuses itself, a status), and none makes
 /// a job; the auth scheme is case-insensitive.
@@ -588,82 +599,90 @@ pub async fn the_http_edge_answers_in_problem_details(db: &TestDb) {
     let router = Router::one_route(db, &fake, "").await;
     let body = detect("Hola").to_string();
     let big = "x".repeat(20_000);
-    // (what, method, path, headers, body, status, problem type or none)
-    let cases: Vec<(&str, &str, &str, Vec<(&str, &str)>, &str, u16, Option<&str>)> = vec![
-        (
-            "an array body",
-            "POST",
-            "/v1/jobs",
-            vec![("content-type", "application/json")],
-            r#"["language", {"text": "Hola"}]"#,
-            400,
-            Some("malformed-body"),
-        ),
-        (
-            "text/plain",
-            "POST",
-            "/v1/jobs",
-            vec![("content-type", "text/plain")],
-            &body,
-            415,
-            Some("unsupported-media-type"),
-        ),
-        (
-            "no content type",
-            "POST",
-            "/v1/jobs",
-            vec![],
-            &body,
-            415,
-            Some("unsupported-media-type"),
-        ),
-        (
-            "unknown fields",
-            "POST",
-            "/v1/jobs",
-            vec![("content-type", "application/json")],
-            r#"{"route": "language", "input": {"text": "Hola"}, "priority": 1}"#,
-            400,
-            Some("malformed-body"),
-        ),
-        (
-            "a bad path segment",
-            "POST",
-            "/v1/jobs/some-job/attempts/first/cancel",
-            vec![],
-            "",
-            400,
-            Some("malformed-body"),
-        ),
-        (
-            "a method the path does not take",
-            "DELETE",
-            "/v1/jobs",
-            vec![],
-            "",
-            405,
-            Some("method-not-allowed"),
-        ),
-        (
-            "an oversized header",
-            "GET",
-            "/v1/providers",
-            vec![("x-padding", &big)],
-            "",
-            431,
-            Some("headers-too-large"),
-        ),
-        (
-            "no such endpoint",
-            "GET",
-            "/v1/nothing",
-            vec![],
-            "",
-            404,
-            Some("not-found"),
-        ),
+    let cases = [
+        Bad {
+            what: "an array body",
+            method: "POST",
+            path: "/v1/jobs",
+            headers: vec![("content-type", "application/json")],
+            body: r#"["language", {"text": "Hola"}]"#,
+            status: 400,
+            problem: "malformed-body",
+        },
+        Bad {
+            what: "text/plain",
+            method: "POST",
+            path: "/v1/jobs",
+            headers: vec![("content-type", "text/plain")],
+            body: &body,
+            status: 415,
+            problem: "unsupported-media-type",
+        },
+        Bad {
+            what: "no content type",
+            method: "POST",
+            path: "/v1/jobs",
+            headers: vec![],
+            body: &body,
+            status: 415,
+            problem: "unsupported-media-type",
+        },
+        Bad {
+            what: "unknown fields",
+            method: "POST",
+            path: "/v1/jobs",
+            headers: vec![("content-type", "application/json")],
+            body: r#"{"route": "language", "input": {"text": "Hola"}, "priority": 1}"#,
+            status: 400,
+            problem: "malformed-body",
+        },
+        Bad {
+            what: "a bad path segment",
+            method: "POST",
+            path: "/v1/jobs/some-job/attempts/first/cancel",
+            headers: vec![],
+            body: "",
+            status: 400,
+            problem: "malformed-body",
+        },
+        Bad {
+            what: "a method the path does not take",
+            method: "DELETE",
+            path: "/v1/jobs",
+            headers: vec![],
+            body: "",
+            status: 405,
+            problem: "method-not-allowed",
+        },
+        Bad {
+            what: "an oversized header",
+            method: "GET",
+            path: "/v1/providers",
+            headers: vec![("x-padding", &big)],
+            body: "",
+            status: 431,
+            problem: "headers-too-large",
+        },
+        Bad {
+            what: "no such endpoint",
+            method: "GET",
+            path: "/v1/nothing",
+            headers: vec![],
+            body: "",
+            status: 404,
+            problem: "not-found",
+        },
     ];
-    for (what, method, path, headers, payload, status, kind) in cases {
+    for Bad {
+        what,
+        method,
+        path,
+        headers,
+        body: payload,
+        status,
+        problem: kind,
+    } in cases
+    {
         let mut request = router
             .client
             .request(method.parse().unwrap(), format!("{}{path}", router.base))
@@ -675,19 +694,17 @@ pub async fn the_http_edge_answers_in_problem_details(db: &TestDb) {
         }
         let response = request.send().await.unwrap();
         assert_eq!(response.status().as_u16(), status, "{what}");
-        if let Some(kind) = kind {
-            assert_eq!(
-                response.headers()["content-type"],
-                "application/problem+json",
-                "{what}"
-            );
-            let problem: serde_json::Value = response.json().await.unwrap();
-            assert_eq!(
-                problem["type"],
-                format!("https://surety.dev/problems/{kind}"),
-                "{what}: {problem}"
-            );
-        }
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{what}"
+        );
+        let problem: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(
+            problem["type"],
+            format!("https://surety.dev/problems/{kind}"),
+            "{what}: {problem}"
+        );
     }
     // The auth scheme in any case (RFC 9110).
     let listing = router
