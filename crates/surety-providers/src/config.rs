@@ -83,6 +83,39 @@ pub struct RawTimeouts {
 struct RawFile {
     #[serde(default)]
     providers: BTreeMap<String, RawProviderConfig>,
+    #[serde(default)]
+    routes: BTreeMap<String, RawRoute>,
+    server: Option<toml::Table>,
+    #[serde(default)]
+    api_keys: Vec<toml::Table>,
+}
+
+/// `surety.toml`, read once for everyone: its providers and routes
+/// validated here; `[server]` and `[[api_keys]]` kept as tables for the
+/// router, which validates them (the harness has no use for them). The one
+/// loader of the file: the router, the harness and the tests all read it
+/// through this.
+#[derive(Debug, Clone)]
+pub struct SuretyFile {
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub routes: BTreeMap<String, Route>,
+    pub server: Option<toml::Table>,
+    pub api_keys: Vec<toml::Table>,
+}
+
+impl SuretyFile {
+    pub fn from_toml(text: &str) -> Result<SuretyFile, ConfigError> {
+        let raw: RawFile =
+            toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
+        let providers = validate_providers(raw.providers)?;
+        let routes = validate_routes(raw.routes, &providers)?;
+        Ok(SuretyFile {
+            providers,
+            routes,
+            server: raw.server,
+            api_keys: raw.api_keys,
+        })
+    }
 }
 
 /// One validated provider. It holds no secret, so it can be shown, logged
@@ -111,16 +144,11 @@ pub struct ProvidersConfig {
 }
 
 impl ProvidersConfig {
-    /// Parses and validates a file of `[providers.<id>]` tables.
+    /// The providers of a `surety.toml`.
     pub fn from_toml(text: &str) -> Result<ProvidersConfig, ConfigError> {
-        let raw: RawFile =
-            toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
-        let providers = raw
-            .providers
-            .into_iter()
-            .map(|(id, raw)| Ok((id.clone(), ProviderConfig::validate(&id, raw)?)))
-            .collect::<Result<_, ConfigError>>()?;
-        Ok(ProvidersConfig { providers })
+        Ok(ProvidersConfig {
+            providers: SuretyFile::from_toml(text)?.providers,
+        })
     }
 }
 
@@ -404,7 +432,7 @@ impl fmt::Display for ProviderKind {
 }
 
 /// Validates every `[providers.<id>]`.
-pub fn validate_providers(
+fn validate_providers(
     raw: BTreeMap<String, RawProviderConfig>,
 ) -> Result<BTreeMap<String, ProviderConfig>, ConfigError> {
     raw.into_iter()
@@ -457,7 +485,7 @@ pub struct Route {
 }
 
 /// Validates every `[routes.<id>]` against the configured providers.
-pub fn validate_routes(
+fn validate_routes(
     raw: BTreeMap<String, RawRoute>,
     providers: &BTreeMap<String, ProviderConfig>,
 ) -> Result<BTreeMap<String, Route>, ConfigError> {

@@ -1,6 +1,10 @@
-//! `surety.toml` as the router reads it: `[server]`, `[[api_keys]]`,
-//! `[providers.*]` and `[routes.*]`, strict, validated with errors that name
-//! the TOML path. API keys are stored as sha256 hashes, never in clear.
+//! `surety.toml` as the router reads it: `[server]` and `[[api_keys]]`
+//! here, `[providers.*]` and `[routes.*]` through the one loader of the file
+//! (`surety_providers::SuretyFile`); strict, validated with errors that
+//! name the TOML path. API keys are stored as sha256 hashes, never in
+//! clear. The listen address and the database URL may come from the
+//! environment (`listen_env`, `database_env`), so a password need not be
+//! written in the file.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -8,29 +12,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use surety_providers::config::{
-    ConfigError, ProviderConfig, RawProviderConfig, RawRoute, validate_providers, validate_routes,
-};
+use surety_providers::config::{ConfigError, ProviderConfig, SuretyFile};
 
 pub use surety_providers::config::Route;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawFile {
-    server: RawServer,
-    #[serde(default)]
-    api_keys: Vec<RawApiKey>,
-    #[serde(default)]
-    providers: BTreeMap<String, RawProviderConfig>,
-    #[serde(default)]
-    routes: BTreeMap<String, RawRoute>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawServer {
-    listen: String,
-    database: String,
+    listen: Option<String>,
+    /// The environment variable that holds the listen address.
+    listen_env: Option<String>,
+    database: Option<String>,
+    /// The environment variable that holds the database URL.
+    database_env: Option<String>,
     database_connections: Option<u32>,
     manifest: String,
     contracts: Option<String>,
@@ -41,6 +35,41 @@ struct RawServer {
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
+}
+
+/// `[server]` and `[[api_keys]]` as written.
+struct Raw {
+    server: RawServer,
+    api_keys: Vec<RawApiKey>,
+}
+
+/// A `[server]` value written in the file (`field`) or named by the
+/// environment variable that holds it (`field_env`): one of the two.
+fn from_file_or_env(
+    field: &str,
+    written: Option<String>,
+    var: Option<String>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    match (written, var) {
+        (Some(value), None) => Ok(value),
+        (None, Some(var)) => lookup(&var).filter(|v| !v.is_empty()).ok_or_else(|| {
+            ConfigError::at(
+                format!("server.{field}_env"),
+                format!("the environment variable {var} is not set"),
+            )
+        }),
+        (Some(_), Some(_)) => Err(ConfigError::at(
+            format!("server.{field}"),
+            format!("give `{field}` or `{field}_env`, not both"),
+        )),
+        (None, None) => Err(ConfigError::at(
+            format!("server.{field}"),
+            format!(
+                "missing: give `{field}`, or `{field}_env` naming the environment variable that holds it"
+            ),
+        )),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,14 +119,52 @@ pub struct RouterConfig {
 }
 
 impl RouterConfig {
+    /// Reads `surety.toml`, with `listen_env` and `database_env` read from
+    /// the process's environment.
     pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
-        let raw: RawFile =
-            toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
-        let listen = raw
+        RouterConfig::from_toml_with(text, &|var| std::env::var(var).ok())
+    }
+
+    /// As [`RouterConfig::from_toml`], reading environment variables through `lookup`.
+    pub fn from_toml_with(
+        text: &str,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<RouterConfig, ConfigError> {
+        let file = SuretyFile::from_toml(text)?;
+        let table = |value: toml::Table| toml::Value::Table(value);
+        let server = file
             .server
-            .listen
-            .parse()
-            .map_err(|e| ConfigError::at("server.listen", format!("not an address: {e}")))?;
+            .ok_or_else(|| ConfigError::at("server", "the router needs a `[server]` table"))?;
+        let server = RawServer::deserialize(table(server))
+            .map_err(|e| ConfigError::at("server", e.to_string().trim_end()))?;
+        let raw_keys = file
+            .api_keys
+            .into_iter()
+            .enumerate()
+            .map(|(i, key)| {
+                RawApiKey::deserialize(table(key)).map_err(|e| {
+                    ConfigError::at(format!("api_keys[{i}]"), e.to_string().trim_end())
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let listen = from_file_or_env(
+            "listen",
+            server.listen.clone(),
+            server.listen_env.clone(),
+            lookup,
+        )?
+        .parse()
+        .map_err(|e| ConfigError::at("server.listen", format!("not an address: {e}")))?;
+        let database = from_file_or_env(
+            "database",
+            server.database.clone(),
+            server.database_env.clone(),
+            lookup,
+        )?;
+        let raw = Raw {
+            server,
+            api_keys: raw_keys,
+        };
         let ms = |path: &str, value: Option<u64>, default: u64| match value.unwrap_or(default) {
             0 => Err(ConfigError::at(path, "must be at least 1 ms")),
             n => Ok(Duration::from_millis(n)),
@@ -133,11 +200,10 @@ impl RouterConfig {
                 ));
             }
         }
-        let providers = validate_providers(raw.providers)?;
-        let routes = validate_routes(raw.routes, &providers)?;
+        let (providers, routes) = (file.providers, file.routes);
         Ok(RouterConfig {
             listen,
-            database: raw.server.database,
+            database,
             database_connections: match raw.server.database_connections {
                 None => DEFAULT_DATABASE_CONNECTIONS,
                 Some(n @ 1..=1000) => n,
@@ -255,5 +321,41 @@ providers = ["fake"]
         }
         let unknown = error_with("manifest = ", "databse = \"x\"\nmanifest = ");
         assert!(unknown.contains("databse"), "{unknown}");
+    }
+
+    #[test]
+    fn the_listen_address_and_the_database_url_may_come_from_the_environment() {
+        let from_env = GOOD
+            .replace(
+                "database = \"sqlite:surety.db\"",
+                "database_env = \"SURETY_DB\"",
+            )
+            .replace("listen = \"127.0.0.1:0\"", "listen_env = \"SURETY_LISTEN\"");
+        let env = |var: &str| match var {
+            "SURETY_DB" => Some("postgres://app:s3cret@db:5432/surety".to_owned()),
+            "SURETY_LISTEN" => Some("0.0.0.0:9000".to_owned()),
+            _ => None,
+        };
+        let config = RouterConfig::from_toml_with(&from_env, &env).unwrap();
+        assert_eq!(config.database, "postgres://app:s3cret@db:5432/surety");
+        assert_eq!(config.listen.to_string(), "0.0.0.0:9000");
+        let unset = RouterConfig::from_toml_with(&from_env, &|_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unset
+                .contains("`server.listen_env`: the environment variable SURETY_LISTEN is not set"),
+            "{unset}"
+        );
+        let both = error_with(
+            "database = \"sqlite:surety.db\"",
+            "database = \"sqlite:surety.db\"\ndatabase_env = \"SURETY_DB\"",
+        );
+        assert!(
+            both.contains("`server.database`: give `database` or `database_env`, not both"),
+            "{both}"
+        );
+        let neither = error_with("database = \"sqlite:surety.db\"", "");
+        assert!(neither.contains("`server.database`: missing"), "{neither}");
     }
 }
