@@ -20,6 +20,7 @@ surety_tests::both_engines!(scenarios:
     bad_requests_get_problem_details,
     clients_that_go_away_never_strand_a_job,
     the_http_edge_answers_in_problem_details,
+    the_openapi_document_is_the_router,
 );
 
 mod certified_is_served {

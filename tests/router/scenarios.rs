@@ -736,3 +736,65 @@ pub async fn the_http_edge_answers_in_problem_details(db: &TestDb) {
     );
     assert_eq!(fake.calls(), 0);
 }
+
+/// `/openapi.json` is derived from the handlers: every documented operation
+/// is served, every served path is documented (no route is registered
+/// outside `routes!`, which a tidy test in the router checks), and no
+/// operation is missing its error responses.
+pub async fn the_openapi_document_is_the_router(db: &TestDb) {
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    let (status, doc) = router.get(ACME, "/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    let paths = doc["paths"].as_object().unwrap();
+    let mut served: Vec<String> = paths.keys().cloned().collect();
+    served.sort();
+    assert_eq!(
+        served,
+        [
+            "/healthz",
+            "/metrics",
+            "/openapi.json",
+            "/readyz",
+            "/v1/chat/completions",
+            "/v1/jobs",
+            "/v1/jobs/{id}",
+            "/v1/jobs/{id}/attempts",
+            "/v1/jobs/{id}/attempts/{n}/cancel",
+            "/v1/jobs/{id}/retry",
+            "/v1/models",
+            "/v1/providers",
+        ]
+    );
+    for (path, operations) in paths {
+        for (method, operation) in operations.as_object().unwrap() {
+            let url = format!(
+                "{}{}",
+                router.base,
+                path.replace("{id}", "no-such-job").replace("{n}", "1")
+            );
+            let response = router
+                .client
+                .request(method.to_uppercase().parse().unwrap(), url)
+                .bearer_auth(ACME_ADMIN)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap();
+            assert!(
+                status != 405 && !body.contains("no such endpoint"),
+                "{method} {path} is documented but not served: {status} {body}"
+            );
+            let documented = operation["responses"].as_object().unwrap();
+            assert!(
+                documented.contains_key(&status.to_string()),
+                "{method} {path} answered {status}, which its document does not list: {body}"
+            );
+        }
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["api_key"]["scheme"],
+        "bearer"
+    );
+}

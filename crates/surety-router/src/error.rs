@@ -3,7 +3,6 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Problem {
@@ -126,12 +125,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.problem.status();
-        let body = json!({
-            "type": self.problem.type_uri(),
-            "title": self.problem.title(),
-            "status": status.as_u16(),
-            "detail": self.detail,
-        });
+        let body = crate::views::ProblemView {
+            kind: self.problem.type_uri(),
+            title: self.problem.title().to_owned(),
+            status: status.as_u16(),
+            detail: self.detail,
+        };
         let mut response = (status, axum::Json(body)).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,

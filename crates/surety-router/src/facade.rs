@@ -28,6 +28,9 @@ use surety_store::{Attempt, Job, OwnerId};
 use crate::api::{Intake, create_or_replay, idempotency_key, route_and_contract, wait_at_rest};
 use crate::error::{ApiError, Problem};
 use crate::extract::{Caller, JsonObject};
+use crate::views::{
+    ChatCompletionDoc, ChatRequestDoc, ModelList, ModelView, OpenAiErrorDetail, OpenAiErrorView,
+};
 use crate::{AppState, ServedContract};
 
 /// Says on every facade answer whether its prompt was certified
@@ -78,12 +81,14 @@ impl OpenAiError {
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }});
+        let body = OpenAiErrorView {
+            error: OpenAiErrorDetail {
+                message: self.message,
+                kind: self.kind.to_owned(),
+                param: self.param,
+                code: self.code.to_owned(),
+            },
+        };
         let mut response = (self.status, Json(body)).into_response();
         let headers = response.headers_mut();
         if let Some(retry) = self.should_retry {
@@ -173,21 +178,64 @@ impl From<ApiError> for OpenAiError {
     }
 }
 
-/// `GET /v1/models`: the routes, as OpenAI lists models.
+/// The routes, as OpenAI lists models.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "openai",
+    responses(
+        (status = 200, description = "The routes", body = ModelList),
+        (status = 401, description = "No or an unknown API key", body = OpenAiErrorView),
+    )
+)]
 pub async fn models(State(state): State<AppState>, caller: Result<Caller, ApiError>) -> Response {
     if let Err(e) = caller {
         return OpenAiError::from(e).into_response();
     }
-    let data: Vec<Value> = state
+    let data = state
         .inner
         .routes
         .values()
-        .map(|r| json!({"id": r.id, "object": "model", "created": 0, "owned_by": "surety"}))
+        .map(|r| ModelView {
+            id: r.id.clone(),
+            object: "model".to_owned(),
+            created: 0,
+            owned_by: "surety".to_owned(),
+        })
         .collect();
-    Json(json!({"object": "list", "data": data})).into_response()
+    Json(ModelList {
+        object: "list".to_owned(),
+        data,
+    })
+    .into_response()
 }
 
-/// `POST /v1/chat/completions`.
+/// OpenAI's chat completions, on a route's certified prompt.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "openai",
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Names this intent: the same on every retry of it (required unless the operator allows one-off jobs)", min_length = 1, max_length = 255, pattern = r"^[!#-~]([ -~]*[!-~])?$"),
+    ),
+    request_body(content = ChatRequestDoc, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The completion, as JSON, or with `stream` as server-sent `chat.completion.chunk` events ending with `data: [DONE]`", content(
+            (ChatCompletionDoc = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "A bad request, a prompt the certificate does not cover, or a parameter surety does not honour (named in `param`)", body = OpenAiErrorView),
+        (status = 401, description = "No or an unknown API key", body = OpenAiErrorView),
+        (status = 409, description = "The key names a job with a different request", body = OpenAiErrorView),
+        (status = 413, description = "The body is too large", body = OpenAiErrorView),
+        (status = 415, description = "The body is not application/json", body = OpenAiErrorView),
+        (status = 422, description = "No such route", body = OpenAiErrorView),
+        (status = 431, description = "The headers are too large", body = OpenAiErrorView),
+        (status = 502, description = "Every certified provider failed", body = OpenAiErrorView),
+        (status = 503, description = "No provider of the route is certified now", body = OpenAiErrorView),
+        (status = 504, description = "The job is still running, or unknown", body = OpenAiErrorView),
+    )
+)]
 pub async fn chat_completions(
     State(state): State<AppState>,
     caller: Result<Caller, ApiError>,

@@ -14,6 +14,7 @@ pub mod facade;
 pub mod manifest;
 pub mod metrics;
 pub mod settled;
+pub mod views;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,308 @@
+//! What the HTTP API answers, as typed views: each one serialized as it is
+//! documented (`utoipa::ToSchema`), so `/openapi.json` is derived from the
+//! same types the handlers return. Every value users read is a stable
+//! snake_case word, never Rust's Debug output.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use surety_store::{Attempt, Job, Slot};
+use utoipa::ToSchema;
+
+/// `POST /v1/jobs`: what the owner wants done.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    /// A configured route; it names the contract and the providers.
+    pub route: String,
+    /// The contract's template variables.
+    #[schema(value_type = Object)]
+    pub input: Value,
+}
+
+/// A job: one intent, however many attempts it took.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobView {
+    pub id: String,
+    /// Always `job`.
+    pub object: String,
+    #[schema(value_type = String, pattern = "^(queued|running|unknown|succeeded|failed|cancelled)$")]
+    pub state: String,
+    pub route: String,
+    pub contract: String,
+    pub contract_digest: String,
+    /// Moves when the job completes or is cancelled.
+    pub version: i64,
+    pub created_at_ms: i64,
+    pub attempts: Vec<AttemptView>,
+    /// The answer, when the job succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// The attempt whose answer won.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_by: Option<i64>,
+    /// The winning provider call's tokens, as the provider counted them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageView>,
+    /// Why the winning call stopped, in OpenAI's words (`stop`, `length`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+}
+
+/// Tokens, as a provider counted them.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageView {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// One try at one provider.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptView {
+    pub ordinal: i64,
+    pub provider: String,
+    #[schema(value_type = String, pattern = "^(started|succeeded|failed|unknown|lost|cancelled)$")]
+    pub state: String,
+    /// Started in the hedging slot.
+    pub hedge: bool,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// A job's attempts, in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptList {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<AttemptView>,
+}
+
+impl JobView {
+    pub fn of(job: &Job, attempts: &[Attempt]) -> JobView {
+        let completion = job.completion.as_ref();
+        let tokens = |kind: &str| completion.and_then(|c| c["usage"][kind].as_u64());
+        JobView {
+            id: job.id.0.clone(),
+            object: "job".to_owned(),
+            state: job.state.as_str().to_owned(),
+            route: job.route.clone(),
+            contract: job.contract.clone(),
+            contract_digest: job.contract_digest.clone(),
+            version: job.version,
+            created_at_ms: job.created_at_ms,
+            attempts: attempts.iter().map(AttemptView::of).collect(),
+            result: job.result.clone(),
+            completed_by: job.result.as_ref().and(job.completed_by),
+            usage: match (tokens("prompt_tokens"), tokens("completion_tokens")) {
+                (Some(prompt_tokens), Some(completion_tokens)) => Some(UsageView {
+                    prompt_tokens,
+                    completion_tokens,
+                }),
+                _ => None,
+            },
+            finish_reason: completion
+                .and_then(|c| c["finish_reason"].as_str())
+                .map(str::to_owned),
+        }
+    }
+}
+
+impl AttemptView {
+    pub fn of(a: &Attempt) -> AttemptView {
+        AttemptView {
+            ordinal: a.ordinal,
+            provider: a.provider.clone(),
+            state: a.state.as_str().to_owned(),
+            hedge: a.slot == Slot::Hedge,
+            started_at_ms: a.started_at_ms,
+            finished_at_ms: a.finished_at_ms,
+            error: a.error.clone(),
+        }
+    }
+}
+
+impl AttemptList {
+    pub fn of(attempts: &[Attempt]) -> AttemptList {
+        AttemptList {
+            object: "list".to_owned(),
+            data: attempts.iter().map(AttemptView::of).collect(),
+        }
+    }
+}
+
+/// An error: RFC 9457 problem details, one stable `type` per error.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProblemView {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+}
+
+/// `/readyz`: whether a manifest is in force.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Readiness {
+    pub ready: bool,
+    pub manifest_entries: Option<usize>,
+    pub manifest_generated_at: Option<String>,
+    /// Why the last reload of the manifest was refused, if it was.
+    pub last_reload_refused: Option<String>,
+}
+
+/// `/v1/providers`: each provider's certification per contract, and the routes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProviderList {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<ProviderView>,
+    pub routes: Vec<RouteView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProviderView {
+    pub id: String,
+    pub kind: String,
+    pub model: String,
+    pub base_url: String,
+    /// By contract id.
+    pub certification: std::collections::BTreeMap<String, CertificationView>,
+    /// The last answer from a model id its certificate did not see.
+    pub drift: Option<DriftView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CertificationView {
+    #[schema(
+        value_type = String,
+        pattern = "^(certified|missing|failed|stale|prompt_changed|provider_changed|expired)$"
+    )]
+    pub status: String,
+    /// Why, in words.
+    pub reason: String,
+    pub expires_at: Option<String>,
+    /// The model ids its certificate saw answer.
+    pub certified_models: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DriftView {
+    pub contract: String,
+    pub model: String,
+    pub certified_models: Vec<String>,
+    pub at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RouteView {
+    pub id: String,
+    pub contract: String,
+    pub providers: Vec<String>,
+    #[schema(value_type = String, pattern = "^(pinned|output-only)$")]
+    pub facade: String,
+    /// Whether `/v1/chat/completions` sends only certified prompts on it.
+    pub prompt_certified: bool,
+    /// Why a pinned route's user template cannot be read back, if it cannot.
+    pub pinning_unavailable: Option<String>,
+}
+
+/// An error in OpenAI's format (`/v1/chat/completions`, `/v1/models`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OpenAiErrorView {
+    pub error: OpenAiErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OpenAiErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: String,
+}
+
+/// `POST /v1/chat/completions`, as far as surety reads it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatRequestDoc {
+    /// A route's id.
+    pub model: String,
+    /// On a pinned route: the contract's rendered system prompt, then a
+    /// user message its user template renders.
+    pub messages: Vec<ChatMessageDoc>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptionsDoc>,
+    pub n: Option<u32>,
+    pub user: Option<String>,
+    /// Only the contract's own.
+    pub temperature: Option<f64>,
+    /// Only the contract's own.
+    pub max_tokens: Option<u32>,
+    /// Only the contract's own.
+    pub max_completion_tokens: Option<u32>,
+    /// Only the contract's own.
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatMessageDoc {
+    #[schema(value_type = String, pattern = "^(system|developer|user|assistant)$")]
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StreamOptionsDoc {
+    pub include_usage: Option<bool>,
+}
+
+/// A chat completion (`stream` off); with `stream` on, the same as
+/// server-sent `chat.completion.chunk` events, then `data: [DONE]`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatCompletionDoc {
+    pub id: String,
+    pub object: String,
+    pub created: i64,
+    pub model: String,
+    pub choices: Vec<ChoiceDoc>,
+    pub usage: UsageTotalsDoc,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChoiceDoc {
+    pub index: u32,
+    pub message: AnswerMessageDoc,
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<Value>,
+    pub finish_reason: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnswerMessageDoc {
+    pub role: String,
+    /// The contract's JSON answer, as text.
+    pub content: String,
+    pub refusal: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageTotalsDoc {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// `/v1/models`: the routes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    pub object: String,
+    pub data: Vec<ModelView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelView {
+    pub id: String,
+    pub object: String,
+    pub created: i64,
+    pub owned_by: String,
+}
