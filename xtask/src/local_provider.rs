@@ -235,9 +235,11 @@ pub fn serve(paths: &Paths, port: Option<u16>) -> Result<()> {
     bail!("llama_cpp.server exited ({status})")
 }
 
-/// The official OpenAI Python SDK, pinned, in a virtualenv of its own in
-/// the cache: the router's OpenAI-compatible facade is tested with it.
-pub const OPENAI_SDK: &str = "openai==3.51.0";
+/// The suite's Python clients, pinned, in a virtualenv of their own in the
+/// cache: the official OpenAI Python SDK (the router's OpenAI-compatible
+/// facade is tested with it) and schemathesis (the router's OpenAPI
+/// document is tested with it).
+pub const PYTHON_CLIENTS: [&str; 2] = ["openai==3.51.0", "schemathesis==4.32.5"];
 
 /// Installs the SDK if needed and returns its Python.
 pub fn openai_sdk() -> Result<PathBuf> {
@@ -245,8 +247,8 @@ pub fn openai_sdk() -> Result<PathBuf> {
     let home = paths.home.with_file_name("openai-sdk");
     let python = home.join("venv/bin/python");
     let marker = home.join("installed");
-    if std::fs::read_to_string(&marker).unwrap_or_default().trim() == OPENAI_SDK && python.is_file()
-    {
+    let wanted = PYTHON_CLIENTS.join("\n");
+    if std::fs::read_to_string(&marker).unwrap_or_default().trim() == wanted && python.is_file() {
         return Ok(python);
     }
     std::fs::create_dir_all(&home)?;
@@ -259,17 +261,18 @@ pub fn openai_sdk() -> Result<PathBuf> {
         )?;
     }
     run(
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-input",
-            OPENAI_SDK,
-        ]),
-        "installing the OpenAI Python SDK",
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-input",
+            ])
+            .args(PYTHON_CLIENTS),
+        "installing the suite's Python clients",
     )?;
-    std::fs::write(&marker, format!("{OPENAI_SDK}\n"))?;
+    std::fs::write(&marker, wanted + "\n")?;
     Ok(python)
 }

@@ -110,12 +110,14 @@ fn test(root: &Path) -> Result<()> {
         }
     };
     let sdk = local_provider::openai_sdk()?;
-    let sdk = sdk.to_string_lossy();
+    let schemathesis = sdk.with_file_name("st");
+    let (sdk, schemathesis) = (sdk.to_string_lossy(), schemathesis.to_string_lossy());
     let mut env: Vec<(&str, &str)> = server
         .iter()
         .map(|s| ("SURETY_LOCAL_PROVIDER_URL", s.base_url.as_str()))
         .collect();
     env.push(("SURETY_OPENAI_SDK_PYTHON", &sdk));
+    env.push(("SURETY_SCHEMATHESIS", &schemathesis));
     let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"], &env)?;
     drop(server);
     println!("tests: {passed} passed, {failed} failed");

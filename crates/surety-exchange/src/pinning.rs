@@ -33,6 +33,7 @@ impl std::fmt::Display for PinError {
 #[derive(Debug, Clone)]
 pub struct UserTemplate {
     names: Vec<String>,
+    literals: Vec<String>,
     pattern: Regex,
 }
 
@@ -45,6 +46,7 @@ impl UserTemplate {
             return Err("it has statements or comments, not only `{{ name }}` slots".to_owned());
         }
         let mut names = Vec::new();
+        let mut literals = Vec::new();
         let mut pattern = String::from("(?s)^");
         let mut rest = template;
         while let Some(open) = rest.find("{{") {
@@ -62,6 +64,7 @@ impl UserTemplate {
                 ));
             }
             pattern.push_str(&regex::escape(&rest[..open]));
+            literals.push(rest[..open].to_owned());
             pattern.push_str("(.*?)");
             names.push(name.to_owned());
             rest = &rest[close + 2..];
@@ -70,9 +73,26 @@ impl UserTemplate {
             return Err("a `}}` is never opened".to_owned());
         }
         pattern.push_str(&regex::escape(rest));
+        literals.push(rest.to_owned());
         pattern.push('$');
         let pattern = Regex::new(&pattern).map_err(|e| e.to_string())?;
-        Ok(UserTemplate { names, pattern })
+        Ok(UserTemplate {
+            names,
+            literals,
+            pattern,
+        })
+    }
+
+    /// The template's variables, in the order their slots appear (a
+    /// variable used twice appears twice).
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The pieces of literal text around the slots, as the template renders
+    /// them: one more than there are slots.
+    pub fn literals(&self) -> &[String] {
+        &self.literals
     }
 
     /// The variables `text` gives the slots, or none if it does not fit.

@@ -88,7 +88,9 @@ pub fn app(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::Extension(Arc::new(doc)))
+        .layer(axum::Extension(Arc::new(crate::document::for_routes(
+            doc, &state,
+        ))))
         .with_state(state);
     // `x-request-id`: taken from the request or made (a UUID), recorded on
     // a span around everything the request does, so every log line of it
@@ -171,7 +173,7 @@ fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
     tag = "jobs",
     params(
         ("Idempotency-Key" = String, Header, description = "Names this intent: the same on every retry of it (1 to 255 printable ASCII characters; bare, or quoted as in the IETF draft)", min_length = 1, max_length = 255, pattern = r"^[!#-~]([ -~]*[!-~])?$"),
-        ("Prefer" = Option<String>, Header, description = "`wait=N`: hold up to N seconds (at most 60) for the job to come to rest", pattern = r"^wait=[0-9]{1,9}$"),
+        ("Prefer" = Option<String>, Header, description = "RFC 7240 preferences; `wait=N` holds the answer up to N seconds (at most 60) for the job to come to rest. Others are ignored"),
     ),
     request_body(content = CreateJob, content_type = "application/json"),
     responses(
@@ -772,11 +774,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// This document, derived from the handlers.
+/// This document, derived from the handlers and the configured routes.
 #[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()), responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
-async fn openapi(
-    axum::Extension(doc): axum::Extension<Arc<utoipa::openapi::OpenApi>>,
-) -> Json<Arc<utoipa::openapi::OpenApi>> {
+async fn openapi(axum::Extension(doc): axum::Extension<Arc<Value>>) -> Json<Arc<Value>> {
     Json(doc)
 }
 

@@ -29,7 +29,8 @@ use crate::api::{Intake, create_or_replay, idempotency_key, route_and_contract, 
 use crate::error::{ApiError, Problem};
 use crate::extract::{Caller, JsonObject};
 use crate::views::{
-    ChatCompletionDoc, ChatRequestDoc, ModelList, ModelView, OpenAiErrorDetail, OpenAiErrorView,
+    ChatCompletionDoc, ChatRequestDoc, ChunkEventDoc, ModelList, ModelView, OpenAiErrorDetail,
+    OpenAiErrorView,
 };
 use crate::{AppState, ServedContract};
 
@@ -222,7 +223,7 @@ pub async fn models(State(state): State<AppState>, caller: Result<Caller, ApiErr
     responses(
         (status = 200, description = "The completion, as JSON, or with `stream` as server-sent `chat.completion.chunk` events ending with `data: [DONE]`", content(
             (ChatCompletionDoc = "application/json"),
-            (String = "text/event-stream"),
+            (ChunkEventDoc = "text/event-stream"),
         )),
         (status = 400, description = "A bad request, a prompt the certificate does not cover, or a parameter surety does not honour (named in `param`)", body = OpenAiErrorView),
         (status = 401, description = "No or an unknown API key", body = OpenAiErrorView),

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod config;
 pub mod dispatch;
+pub mod document;
 pub mod error;
 pub mod extract;
 pub mod facade;

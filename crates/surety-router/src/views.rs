@@ -306,3 +306,12 @@ pub struct ModelView {
     pub created: i64,
     pub owned_by: String,
 }
+
+/// One server-sent event of a streamed completion: `data` is a
+/// `chat.completion.chunk` as JSON text, and the last event's is `[DONE]`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChunkEventDoc {
+    pub data: String,
+    pub event: Option<String>,
+    pub id: Option<String>,
+}

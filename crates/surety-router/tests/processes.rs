@@ -398,3 +398,45 @@ async fn a_json_log_line_carries_the_request_id_the_response_returned() {
         .await;
     assert!(serde_json::from_str::<Value>(&line).is_ok(), "{line}");
 }
+
+/// schemathesis (the suite's venv, named by `SURETY_SCHEMATHESIS`) against
+/// the OpenAPI document of a live `surety serve` on SQLite, every check
+/// enabled: no failure and no server error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn schemathesis_finds_nothing_in_the_openapi_document() {
+    let st = match std::env::var("SURETY_SCHEMATHESIS") {
+        Ok(st) => st,
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("SURETY_SCHEMATHESIS is not set and CI is set: run through `cargo xtask test`")
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: schemathesis is not installed (run through `cargo xtask test`)");
+            return;
+        }
+    };
+    let db = TestDb::new(Engine::Sqlite).await.unwrap();
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(
+        json!({"language": "english"}).to_string(),
+    )))
+    .await
+    .unwrap();
+    let dir = workspace(&db, &fake);
+    let serving = serve(dir.path()).await;
+    let output = tokio::process::Command::new(st)
+        .arg("run")
+        .arg(format!("{}/openapi.json", serving.base))
+        .args(["--checks", "all", "--workers", "2", "--max-examples", "40"])
+        .args(["--header", &format!("Authorization: Bearer {KEY}")])
+        .args(["--max-time", "60"])
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{report}");
+    assert!(!report.contains("Server error"), "{report}");
+}
