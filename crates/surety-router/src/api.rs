@@ -8,23 +8,23 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde_json::Value;
-use surety_core::{Fingerprint, IdempotencyKey};
-use surety_providers::{Facade, Message};
-use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
+use surety_core::IdempotencyKey;
+use surety_providers::Facade;
+use surety_store::{JobId, OwnerId, Slot, StartAttempt};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
-use tracing::Instrument;
 
-use crate::config::Route;
-use crate::dispatch::{self, Drive, Eligible};
+use crate::AppState;
+use crate::dispatch::{self, Drive};
 use crate::error::{ApiError, Problem};
 use crate::extract::{Caller, JsonObject, PathParams};
-use crate::settled::Waiter;
+use crate::service::{
+    Intake, certified, create_or_replay, job_messages, job_view, route_and_contract, wait_at_rest,
+};
 use crate::views::{
     AttemptList, CertificationView, CreateJob, DriftView, JobView, OpenAiErrorView, ProblemView,
     ProviderList, ProviderView, Readiness, RouteView,
 };
-use crate::{AppState, ServedContract};
 
 /// The longest `Prefer: wait` honoured, in seconds.
 const MAX_WAIT: u64 = 60;
@@ -243,215 +243,6 @@ async fn create_job(
     Ok(response)
 }
 
-/// A route and its contract, by the route's id.
-pub(crate) fn route_and_contract<'s>(
-    state: &'s AppState,
-    id: &str,
-) -> Result<(Route, &'s Arc<ServedContract>), ApiError> {
-    let route = state
-        .inner
-        .routes
-        .get(id)
-        .cloned()
-        .ok_or_else(|| ApiError::new(Problem::UnknownRoute, format!("no route `{id}`")))?;
-    let contract = state
-        .inner
-        .contracts
-        .get(&route.contract)
-        .ok_or_else(|| ApiError::internal("a route names a missing contract"))?;
-    Ok((route, contract))
-}
-
-/// The route's providers the manifest certifies for its contract now, in
-/// order; never empty: with none, a 503 saying why each is not.
-fn certified(
-    state: &AppState,
-    route: &Route,
-    served: &ServedContract,
-) -> Result<Vec<Eligible>, ApiError> {
-    let contract = &served.contract;
-    let (eligible, why_not) = dispatch::eligible(state, route, served);
-    if eligible.is_empty() {
-        return Err(ApiError::new(
-            Problem::NoCertifiedProvider,
-            format!(
-                "no provider of route `{}` is certified for `{}` at {}: {}",
-                route.id,
-                contract.id,
-                contract.digest,
-                why_not.join("; ")
-            ),
-        ));
-    }
-    Ok(eligible)
-}
-
-/// A job as a create request found or made it.
-pub(crate) struct CreatedJob {
-    pub(crate) job: Job,
-    pub(crate) replayed: bool,
-    /// Registered before the job was dispatched, when asked for.
-    pub(crate) waiter: Option<Waiter>,
-}
-
-/// What a create request asks for, checked.
-pub(crate) struct Intake {
-    pub(crate) owner: OwnerId,
-    pub(crate) key: IdempotencyKey,
-    pub(crate) route: Route,
-    pub(crate) served: Arc<ServedContract>,
-    pub(crate) input: Value,
-    /// Over the whole request (chat completions); by default over the
-    /// route and the input.
-    pub(crate) fingerprint: Option<Fingerprint>,
-    /// What the job's attempts send (see [`Drive::messages`]).
-    pub(crate) messages: Vec<Message>,
-}
-
-/// Finds the job this owner's key already names (a replay, or a conflict),
-/// whatever the manifest says now; or creates the job with its first
-/// attempt at the first certified provider, in one commit. A new job is
-/// dispatched at once, after the waiter (`watch`) is registered.
-pub(crate) async fn create_or_replay(
-    state: &AppState,
-    intake: Intake,
-    watch: bool,
-) -> Result<CreatedJob, ApiError> {
-    // Once asked for, a job's creation and dispatch run on the router's own
-    // task, whatever becomes of this request: a client that goes away
-    // between the commit and the dispatch cannot strand a committed job.
-    let detached = state.clone();
-    state
-        .inner
-        .tasks
-        .spawn(async move { create_and_dispatch(&detached, intake, watch).await }.in_current_span())
-        .await
-        .map_err(ApiError::internal)?
-}
-
-async fn create_and_dispatch(
-    state: &AppState,
-    intake: Intake,
-    watch: bool,
-) -> Result<CreatedJob, ApiError> {
-    let contract = &intake.served.contract;
-    let new = NewJob {
-        owner: intake.owner.clone(),
-        key: intake.key,
-        route: intake.route.id.clone(),
-        contract: contract.id.clone(),
-        contract_digest: contract.digest.clone(),
-        input: intake.input,
-        hedgeable: contract.hedgeable(),
-        fingerprint: intake.fingerprint,
-    };
-    let conflict = |state: &AppState| {
-        state.inner.metrics.conflicts.inc();
-        ApiError::new(
-            Problem::IdempotencyConflict,
-            "this Idempotency-Key already names a job with a different request; use a new key for a new intent",
-        )
-    };
-    // A replay is answered from the store alone: only a new job needs a
-    // certified provider. (The insert below still decides between two
-    // requests racing for the same key.)
-    let found = match state.inner.store.find(&new).await? {
-        Some(Created::Replayed(job)) => Some(job),
-        Some(Created::Conflict) => return Err(conflict(state)),
-        Some(Created::New(_)) | None => None,
-    };
-    let (job, first, replayed, providers) = match found {
-        Some(job) => (job, None, true, Vec::new()),
-        None => {
-            let providers = certified(state, &intake.route, &intake.served)?;
-            let first = StartAttempt {
-                provider: providers
-                    .first()
-                    .map(|p| p.id.clone())
-                    .ok_or_else(|| ApiError::internal("no eligible provider"))?,
-                slot: Slot::Primary,
-                lease: state.inner.lease,
-            };
-            match state.inner.store.create_and_start(&new, &first).await? {
-                (Created::New(job), first) => (job, first, false, providers),
-                (Created::Replayed(job), _) => (job, None, true, providers),
-                (Created::Conflict, _) => return Err(conflict(state)),
-            }
-        }
-    };
-    let waiter = watch.then(|| state.inner.settled.watch(&job.id));
-    if replayed {
-        state.inner.metrics.replays.inc();
-    } else {
-        state.inner.metrics.jobs_created.inc();
-        tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
-        let drive = Drive {
-            owner: intake.owner,
-            job_id: job.id.clone(),
-            route: intake.route,
-            contract: contract.clone(),
-            messages: intake.messages,
-            first,
-            providers,
-        };
-        dispatch::spawn(state.clone(), drive);
-    }
-    Ok(CreatedJob {
-        job,
-        replayed,
-        waiter,
-    })
-}
-
-/// Nothing more happens to the job on its own: settled, or unknown (which
-/// waits for a late result or an admin).
-fn at_rest(state: surety_core::JobState) -> bool {
-    state.is_settled() || state == surety_core::JobState::Unknown
-}
-
-/// Waits until the job is at rest or `limit` passes, and returns whether it
-/// is, with the job and its attempts as they are then. The waiter was
-/// registered before the job was dispatched, so a job this request just
-/// created is running and nothing is read until it settles; a replay's job
-/// may have moved since it was read, so it is read again first. Without a
-/// waiter (the client did not ask to wait), the job as it is now, with true.
-pub(crate) async fn wait_at_rest(
-    state: &AppState,
-    owner: &OwnerId,
-    seen: CreatedJob,
-    limit: Duration,
-) -> Result<(bool, Job, Vec<Attempt>), ApiError> {
-    let id = seen.job.id;
-    let read = async || state.inner.store.job_and_attempts(owner, &id).await;
-    let Some(mut waiter) = seen.waiter else {
-        let (job, attempts) = read().await?;
-        return Ok((true, job, attempts));
-    };
-    let deadline = tokio::time::Instant::now() + limit;
-    let mut read_now = seen.replayed;
-    loop {
-        if read_now {
-            let (job, attempts) = read().await?;
-            if at_rest(job.state) {
-                return Ok((true, job, attempts));
-            }
-        }
-        // Woken when this router settles the job; re-read now and then for
-        // jobs another replica drives.
-        let wake = tokio::time::timeout(Duration::from_millis(250), waiter.changed());
-        if tokio::time::timeout_at(deadline, wake).await.is_err() {
-            let (job, attempts) = read().await?;
-            return Ok((at_rest(job.state), job, attempts));
-        }
-        read_now = true;
-    }
-}
-
-async fn job_view(state: &AppState, owner: &OwnerId, id: &JobId) -> Result<JobView, ApiError> {
-    let (job, attempts) = state.inner.store.job_and_attempts(owner, id).await?;
-    Ok(JobView::of(&job, &attempts))
-}
-
 /// The owner's job; another owner's job is not found.
 #[utoipa::path(
     get,
@@ -564,21 +355,6 @@ async fn retry(
         Json(job_view(&state, &owner, &job.id).await?),
     )
         .into_response())
-}
-
-/// What a stored job's attempts send: a job made by an output-only facade
-/// route holds the whole chat request, every other job the contract's input.
-fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, String> {
-    let chat_job = job.input.get("messages").is_some()
-        && job.input.get("model").and_then(Value::as_str) == Some(job.route.as_str());
-    match chat_job {
-        true => crate::facade::chat_messages(&job.input).map_err(|e| e.message),
-        false => served
-            .contract
-            .render(&job.input)
-            .map(|r| surety_exchange::messages(&r))
-            .map_err(|e| e.to_string()),
-    }
 }
 
 /// Resolves an open attempt out of band (admin keys only).

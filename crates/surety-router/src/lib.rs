@@ -14,6 +14,7 @@ pub mod extract;
 pub mod facade;
 pub mod manifest;
 pub mod metrics;
+pub mod service;
 pub mod settled;
 pub mod views;
 
