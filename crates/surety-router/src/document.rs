@@ -73,21 +73,23 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
                                          "content": {"type": "string"}}},
             }),
         };
+        // Optional parameters may be null, as OpenAI's API takes them.
         let mut properties = json!({
             "model": {"type": "string", "enum": [route.id]},
             "messages": messages,
-            "stream": {"type": "boolean"},
-            "stream_options": {"type": "object", "additionalProperties": false,
+            "stream": {"type": ["boolean", "null"]},
+            "stream_options": {"type": ["object", "null"], "additionalProperties": false,
                                "properties": {"include_usage": {"type": "boolean"}}},
-            "n": {"type": "integer", "enum": [1]},
-            "user": {"type": "string"},
-            "temperature": {"type": "number", "enum": [contract.sampling.temperature]},
-            "max_tokens": {"type": "integer", "enum": [contract.limits.max_output_tokens]},
-            "max_completion_tokens": {"type": "integer", "enum": [contract.limits.max_output_tokens]},
+            "n": {"enum": [1, null]},
+            "user": {"type": ["string", "null"]},
+            "temperature": {"enum": [contract.sampling.temperature, null]},
+            "max_tokens": {"enum": [contract.limits.max_output_tokens, null]},
+            "max_completion_tokens": {"enum": [contract.limits.max_output_tokens, null]},
         });
-        if let Some(seed) = contract.sampling.seed {
-            properties["seed"] = json!({"type": "integer", "enum": [seed]});
-        }
+        properties["seed"] = match contract.sampling.seed {
+            Some(seed) => json!({"enum": [seed, null]}),
+            None => json!({"enum": [null]}),
+        };
         chats.push(json!({
             "type": "object",
             "additionalProperties": false,

@@ -431,7 +431,8 @@ fn parameters(
                 }
             }
             "seed" => {
-                if !(value.is_null() || value.as_u64() == contract.sampling.seed) {
+                let certified = contract.sampling.seed;
+                if !(value.is_null() || (certified.is_some() && value.as_u64() == certified)) {
                     return refuse(
                         name,
                         format!(
