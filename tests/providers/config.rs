@@ -104,3 +104,37 @@ fn bad_files_get_errors_naming_the_toml_path() {
         "unknown variant `gemini`",
     );
 }
+
+/// A capability a kind lacks cannot be declared: the registry says which,
+/// and the error names the TOML path.
+#[test]
+fn a_capability_the_kind_lacks_is_refused_with_its_path() {
+    use surety_providers::kinds::{KINDS, Support};
+    let mut refused = 0;
+    for kind in KINDS {
+        let base = format!(
+            "[providers.p]\nkind = \"{}\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncontext_window = 10\n",
+            kind.name
+        );
+        for (field, support) in [
+            ("seed", kind.seed),
+            ("tokenize_endpoint", kind.tokenize_endpoint),
+            ("models_endpoint", kind.models_endpoint),
+        ] {
+            let declared = format!("{base}{field} = true\n");
+            match support {
+                Support::No => {
+                    check_error(&declared, &format!("`providers.p.{field}`"));
+                    refused += 1;
+                }
+                Support::Yes { .. } => {
+                    ProvidersConfig::from_toml(&declared).unwrap();
+                }
+            }
+        }
+    }
+    assert!(
+        refused >= 3,
+        "anthropic lacks seed, tokenize and models endpoints"
+    );
+}

@@ -1,53 +1,16 @@
 //! The schema capability lint: where a provider's structured-output mode
-//! silently drops a keyword the contract's schema relies on. The answer is
+//! silently drops a keyword the contract's schema relies on (the keywords
+//! each mode drops are the provider registry's:
+//! `StructuredMode::dropped_keywords`). The answer is
 //! always validated afterwards anyway; the lint says where the provider
 //! cannot be trusted to have been constrained.
 
 use serde_json::Value;
 use surety_providers::StructuredMode;
 
-/// Keywords each mode is known to ignore while constraining the output.
-fn dropped(mode: StructuredMode) -> &'static [&'static str] {
-    match mode {
-        // llama.cpp's JSON-Schema-to-grammar conversion.
-        StructuredMode::JsonObjectSchema => &[
-            "uniqueItems",
-            "not",
-            "if",
-            "then",
-            "else",
-            "contains",
-            "minimum",
-            "maximum",
-            "exclusiveMinimum",
-            "exclusiveMaximum",
-            "multipleOf",
-            "format",
-            "dependentSchemas",
-        ],
-        // OpenAI strict mode rejects or ignores these.
-        StructuredMode::JsonSchema => &[
-            "format",
-            "minLength",
-            "maxLength",
-            "minItems",
-            "maxItems",
-            "uniqueItems",
-            "not",
-            "if",
-            "then",
-            "else",
-            "contains",
-        ],
-        // The schema does not reach the model at all.
-        StructuredMode::JsonObject | StructuredMode::Prefill | StructuredMode::PromptOnly => &["*"],
-        StructuredMode::Tool => &["format", "uniqueItems", "not", "if", "then", "else"],
-    }
-}
-
 /// One warning per keyword the schema uses that `mode` drops, with where.
 pub fn lint(schema: &Value, mode: StructuredMode) -> Vec<String> {
-    let dropped = dropped(mode);
+    let dropped = mode.dropped_keywords();
     if dropped == ["*"] {
         return vec![format!(
             "`{}` does not send the schema: the output is constrained by the prompt alone",

@@ -32,18 +32,7 @@ impl AnthropicProvider {
         config: ProviderConfig,
         key: Option<Secret>,
     ) -> Result<AnthropicProvider, ConfigError> {
-        let http = HttpClient::new(
-            &config.id,
-            config.connect_timeout,
-            config.request_timeout,
-            key,
-        )
-        .map_err(|e| {
-            ConfigError::at(
-                format!("providers.{}", config.id),
-                format!("cannot build an HTTP client: {e}"),
-            )
-        })?;
+        let http = HttpClient::for_provider(&config, key)?;
         Ok(AnthropicProvider { config, http })
     }
 

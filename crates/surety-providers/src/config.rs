@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::kinds::{Support, spec};
 use crate::secret::Secret;
-use crate::{Capabilities, Provider, StructuredMode, anthropic, openai};
+use crate::{Capabilities, Provider, StructuredMode};
 
 /// A configuration error, naming where in the TOML it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -190,25 +191,8 @@ impl ProviderConfig {
                 "must be the name of an environment variable",
             ));
         }
-        let (allowed, default_modes): (&[StructuredMode], &[StructuredMode]) = match raw.kind {
-            ProviderKind::Openai => (
-                &[
-                    StructuredMode::JsonSchema,
-                    StructuredMode::JsonObjectSchema,
-                    StructuredMode::JsonObject,
-                    StructuredMode::PromptOnly,
-                ],
-                &[StructuredMode::JsonSchema],
-            ),
-            ProviderKind::Anthropic => (
-                &[
-                    StructuredMode::Tool,
-                    StructuredMode::Prefill,
-                    StructuredMode::PromptOnly,
-                ],
-                &[StructuredMode::Tool],
-            ),
-        };
+        let kind = spec(raw.kind);
+        let (allowed, default_modes) = (kind.structured_modes, kind.default_modes);
         let structured_output = raw
             .structured_output
             .unwrap_or_else(|| default_modes.to_vec());
@@ -229,7 +213,25 @@ impl ProviderConfig {
                 ),
             ));
         }
-        let tokenize_endpoint = raw.tokenize_endpoint.unwrap_or(false);
+        let capability = |field: &str, support: Support, asked: Option<bool>| {
+            support.resolve(asked).map_err(|why| {
+                ConfigError::at(
+                    path(field),
+                    format!(
+                        "{why}: a `{}` provider cannot declare `{field} = true`",
+                        kind.name
+                    ),
+                )
+            })
+        };
+        let tokenize_endpoint = capability(
+            "tokenize_endpoint",
+            kind.tokenize_endpoint,
+            raw.tokenize_endpoint,
+        )?;
+        let models_endpoint =
+            capability("models_endpoint", kind.models_endpoint, raw.models_endpoint)?;
+        let seed = capability("seed", kind.seed, raw.seed)?;
         let tokenizer = match raw.tokenizer.as_deref() {
             None | Some("none") => TokenizerConfig::None,
             Some("server") if tokenize_endpoint => TokenizerConfig::Server,
@@ -262,7 +264,6 @@ impl ProviderConfig {
             0 => Err(ConfigError::at(path(field), "must be at least 1 ms")),
             ms => Ok(Duration::from_millis(ms)),
         };
-        let is_openai = raw.kind == ProviderKind::Openai;
         let idempotency_header = match raw.idempotency_header {
             Some(header) if header.is_empty() => None,
             Some(header)
@@ -276,8 +277,7 @@ impl ProviderConfig {
                 ));
             }
             Some(header) => Some(header),
-            None if is_openai => Some("Idempotency-Key".to_owned()),
-            None => None,
+            None => kind.idempotency_header.map(str::to_owned),
         };
         Ok(ProviderConfig {
             id: id.to_owned(),
@@ -288,8 +288,8 @@ impl ProviderConfig {
             capabilities: Capabilities {
                 structured_output,
                 tokenize_endpoint,
-                models_endpoint: raw.models_endpoint.unwrap_or(is_openai),
-                seed: raw.seed.unwrap_or(is_openai),
+                models_endpoint,
+                seed,
                 idempotency_header,
             },
             tokenizer,
@@ -381,13 +381,7 @@ pub fn build_provider_with(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn Provider>, ConfigError> {
     let key = config.api_key(lookup)?;
-    let provider: Arc<dyn Provider> = match config.kind {
-        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(config.clone(), key)?),
-        ProviderKind::Anthropic => {
-            Arc::new(anthropic::AnthropicProvider::new(config.clone(), key)?)
-        }
-    };
-    Ok(provider)
+    (spec(config.kind).build)(config.clone(), key)
 }
 
 fn serialize_capabilities<S: serde::Serializer>(
@@ -424,10 +418,7 @@ impl fmt::Display for TokenizerConfig {
 
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProviderKind::Openai => "openai",
-            ProviderKind::Anthropic => "anthropic",
-        })
+        f.write_str(spec(*self).name)
     }
 }
 

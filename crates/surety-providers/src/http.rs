@@ -26,6 +26,25 @@ pub(crate) struct JsonAnswer {
 }
 
 impl HttpClient {
+    /// The client of the provider `config`, carrying its key.
+    pub(crate) fn for_provider(
+        config: &crate::ProviderConfig,
+        key: Option<Secret>,
+    ) -> Result<HttpClient, crate::ConfigError> {
+        HttpClient::new(
+            &config.id,
+            config.connect_timeout,
+            config.request_timeout,
+            key,
+        )
+        .map_err(|e| {
+            crate::ConfigError::at(
+                format!("providers.{}", config.id),
+                format!("cannot build an HTTP client: {e}"),
+            )
+        })
+    }
+
     pub(crate) fn new(
         provider: &str,
         connect_timeout: Duration,

@@ -12,6 +12,7 @@ pub mod anthropic;
 pub mod config;
 pub mod failure;
 mod http;
+pub mod kinds;
 pub mod openai;
 mod secret;
 

@@ -25,18 +25,7 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     pub fn new(config: ProviderConfig, key: Option<Secret>) -> Result<OpenAiProvider, ConfigError> {
-        let http = HttpClient::new(
-            &config.id,
-            config.connect_timeout,
-            config.request_timeout,
-            key,
-        )
-        .map_err(|e| {
-            ConfigError::at(
-                format!("providers.{}", config.id),
-                format!("cannot build an HTTP client: {e}"),
-            )
-        })?;
+        let http = HttpClient::for_provider(&config, key)?;
         Ok(OpenAiProvider {
             config,
             http,

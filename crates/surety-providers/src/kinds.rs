@@ -1,0 +1,184 @@
+//! The registry of provider kinds: one place that says, per kind, its wire
+//! format, its structured-output modes (allowed, and the default), which
+//! capabilities it has and their defaults, and how its adapter is built.
+//! Configuration validates against it; tests are generated from it.
+//!
+//! To add a kind: a `ProviderKind` variant, an adapter module, a
+//! [`KindSpec`] here (the compiler then asks for it in [`spec`] and in the
+//! tests' table of kinds), and the fake provider's wire format.
+
+use std::sync::Arc;
+
+use crate::config::{ConfigError, ProviderConfig, ProviderKind};
+use crate::secret::Secret;
+use crate::{Provider, StructuredMode, anthropic, openai};
+
+/// Whether a kind has a capability, and if so, whether it is on unless the
+/// configuration says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// The kind has no such thing; configuring it on is refused.
+    No,
+    /// The kind may have it; `default` is what an unset field means.
+    Yes { default: bool },
+}
+
+impl Support {
+    /// The value a configuration ends with, or why it cannot have it.
+    pub fn resolve(self, asked: Option<bool>) -> Result<bool, &'static str> {
+        match (self, asked) {
+            (Support::No, Some(true)) => Err("this kind of provider has no such capability"),
+            (Support::No, _) => Ok(false),
+            (Support::Yes { default }, asked) => Ok(asked.unwrap_or(default)),
+        }
+    }
+}
+
+/// Builds a kind's adapter from a validated configuration and its key.
+pub type Build = fn(ProviderConfig, Option<Secret>) -> Result<Arc<dyn Provider>, ConfigError>;
+
+/// One kind of provider.
+#[derive(Debug)]
+pub struct KindSpec {
+    pub kind: ProviderKind,
+    /// Its name in `surety.toml` (`kind = "..."`).
+    pub name: &'static str,
+    /// The API it speaks.
+    pub wire_format: &'static str,
+    /// The structured-output modes it can be configured with.
+    pub structured_modes: &'static [StructuredMode],
+    /// What an unset `structured_output` means.
+    pub default_modes: &'static [StructuredMode],
+    /// The request's `seed` is honoured.
+    pub seed: Support,
+    /// A tokenize endpoint.
+    pub tokenize_endpoint: Support,
+    /// A model listing.
+    pub models_endpoint: Support,
+    /// The header that carries a provider-side idempotency key by default.
+    pub idempotency_header: Option<&'static str>,
+    pub build: Build,
+}
+
+pub static OPENAI: KindSpec = KindSpec {
+    kind: ProviderKind::Openai,
+    name: "openai",
+    wire_format: "OpenAI chat completions (POST {base_url}/chat/completions)",
+    structured_modes: &[
+        StructuredMode::JsonSchema,
+        StructuredMode::JsonObjectSchema,
+        StructuredMode::JsonObject,
+        StructuredMode::PromptOnly,
+    ],
+    default_modes: &[StructuredMode::JsonSchema],
+    seed: Support::Yes { default: true },
+    tokenize_endpoint: Support::Yes { default: false },
+    models_endpoint: Support::Yes { default: true },
+    idempotency_header: Some("Idempotency-Key"),
+    build: |config, key| Ok(Arc::new(openai::OpenAiProvider::new(config, key)?)),
+};
+
+pub static ANTHROPIC: KindSpec = KindSpec {
+    kind: ProviderKind::Anthropic,
+    name: "anthropic",
+    wire_format: "Anthropic Messages (POST {base_url}/v1/messages)",
+    structured_modes: &[
+        StructuredMode::Tool,
+        StructuredMode::Prefill,
+        StructuredMode::PromptOnly,
+    ],
+    default_modes: &[StructuredMode::Tool],
+    seed: Support::No,
+    tokenize_endpoint: Support::No,
+    models_endpoint: Support::No,
+    idempotency_header: None,
+    build: |config, key| Ok(Arc::new(anthropic::AnthropicProvider::new(config, key)?)),
+};
+
+/// Every kind, in the order they are documented.
+pub static KINDS: [&KindSpec; 2] = [&OPENAI, &ANTHROPIC];
+
+/// The spec of `kind`: a new kind without one does not compile.
+pub fn spec(kind: ProviderKind) -> &'static KindSpec {
+    match kind {
+        ProviderKind::Openai => &OPENAI,
+        ProviderKind::Anthropic => &ANTHROPIC,
+    }
+}
+
+impl StructuredMode {
+    /// The JSON Schema keywords this mode is known to ignore while
+    /// constraining the output; `["*"]` when the schema does not reach the
+    /// model at all. The answer is validated afterwards anyway.
+    pub fn dropped_keywords(self) -> &'static [&'static str] {
+        match self {
+            // llama.cpp's JSON-Schema-to-grammar conversion.
+            StructuredMode::JsonObjectSchema => &[
+                "uniqueItems",
+                "not",
+                "if",
+                "then",
+                "else",
+                "contains",
+                "minimum",
+                "maximum",
+                "exclusiveMinimum",
+                "exclusiveMaximum",
+                "multipleOf",
+                "format",
+                "dependentSchemas",
+            ],
+            // OpenAI strict mode rejects or ignores these.
+            StructuredMode::JsonSchema => &[
+                "format",
+                "minLength",
+                "maxLength",
+                "minItems",
+                "maxItems",
+                "uniqueItems",
+                "not",
+                "if",
+                "then",
+                "else",
+                "contains",
+            ],
+            // The schema does not reach the model at all.
+            StructuredMode::JsonObject | StructuredMode::Prefill | StructuredMode::PromptOnly => {
+                &["*"]
+            }
+            StructuredMode::Tool => &["format", "uniqueItems", "not", "if", "then", "else"],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn every_kind_has_one_spec_and_its_defaults_are_allowed() {
+        for (i, spec) in KINDS.iter().enumerate() {
+            assert!(std::ptr::eq(super::spec(spec.kind), *spec), "{}", spec.name);
+            let named: ProviderKind = serde_json::from_value(serde_json::json!(spec.name)).unwrap();
+            assert_eq!(
+                named, spec.kind,
+                "`kind = \"{}\"` names this kind",
+                spec.name
+            );
+            assert!(
+                KINDS[i + 1..].iter().all(|other| other.kind != spec.kind),
+                "{} is listed twice",
+                spec.name
+            );
+            assert!(
+                spec.default_modes
+                    .iter()
+                    .all(|m| spec.structured_modes.contains(m)),
+                "{}",
+                spec.name
+            );
+        }
+    }
+}
