@@ -7,7 +7,9 @@ use serde_json::json;
 use surety_fake_provider::{Behavior, FakeProvider, Script, When};
 use surety_providers::{FailureClass, FailureKind, ProviderError};
 
-use crate::support::{call, json_request, provider_at, provider_for};
+use surety_providers::kinds::Support;
+
+use crate::support::{call, json_request, kinds, provider_at, provider_for, row, spec};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -46,44 +48,57 @@ async fn refused_before_sending_connection_refused() {
 
 #[tokio::test]
 async fn refused_before_sending_missing_capability() {
-    let fake = FakeProvider::start(Script::default()).await.unwrap();
-    let provider = provider_for(&fake, "openai", "");
-    let error = provider.tokenize("hello").await.unwrap_err();
-    check(&error, FailureKind::NotSent, FailureClass::Definite, None);
-    assert!(error.message.contains("no tokenize endpoint"), "{error}");
-    assert_eq!(fake.calls(), 0);
+    for kind in kinds() {
+        let fake = FakeProvider::start(Script::default()).await.unwrap();
+        let provider = provider_for(&fake, kind, "");
+        // No kind serves a tokenizer unless it is declared.
+        let error = provider.tokenize("hello").await.unwrap_err();
+        check(&error, FailureKind::NotSent, FailureClass::Definite, None);
+        assert!(
+            error.message.contains("no tokenize endpoint"),
+            "{kind}: {error}"
+        );
+        if spec(kind).models_endpoint == Support::No {
+            let error = provider.served_models().await.unwrap_err();
+            check(&error, FailureKind::NotSent, FailureClass::Definite, None);
+        }
+        assert_eq!(fake.calls(), 0);
+    }
 }
 
 #[tokio::test]
 async fn refused_before_sending_a_seed_the_provider_does_not_take() {
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(
-        r#"{"category": "bug", "urgent": true}"#.into(),
-    )))
-    .await
-    .unwrap();
     let seeded = surety_providers::ChatRequest {
         seed: Some(7),
         ..json_request()
     };
-    let error = provider_for(&fake, "anthropic", "")
-        .chat(&seeded, &call(1))
-        .await
-        .unwrap_err();
-    check(&error, FailureKind::NotSent, FailureClass::Definite, None);
-    assert!(error.message.contains("seed"), "{error}");
-    assert_eq!(fake.calls(), 0, "nothing was sent");
-    // A provider that declares seeds gets it on the wire.
-    provider_for(&fake, "openai", "")
-        .chat(&seeded, &call(1))
+    for kind in kinds() {
+        let fake = FakeProvider::start(Script::always(Behavior::Reply(
+            r#"{"category": "bug", "urgent": true}"#.into(),
+        )))
         .await
         .unwrap();
-    assert_eq!(fake.requests()[0].body["seed"], 7);
+        let provider = provider_for(&fake, kind, "");
+        match spec(kind).seed {
+            // A provider that declares seeds gets it on the wire.
+            Support::Yes { default: true } => {
+                provider.chat(&seeded, &call(1)).await.unwrap();
+                assert_eq!(fake.requests()[0].body["seed"], 7, "{kind}");
+            }
+            Support::Yes { default: false } | Support::No => {
+                let error = provider.chat(&seeded, &call(1)).await.unwrap_err();
+                check(&error, FailureKind::NotSent, FailureClass::Definite, None);
+                assert!(error.message.contains("seed"), "{kind}: {error}");
+                assert_eq!(fake.calls(), 0, "{kind}: nothing was sent");
+            }
+        }
+    }
 }
 
 #[tokio::test]
 async fn client_errors_are_definite_and_keep_the_servers_message() {
     for status in [400, 401, 403, 404, 422] {
-        for kind in ["openai", "anthropic"] {
+        for kind in kinds() {
             let message = format!("scripted {status} for {kind}");
             let behavior = Behavior::Status {
                 status,
@@ -110,16 +125,16 @@ async fn rate_limit_is_definite_and_keeps_retry_after() {
         body: error_body("rate_limit_error", "slow down"),
         retry_after: Some("7".into()),
     };
-    let (error, _) = fail_with("openai", behavior.clone(), "").await;
-    check(
-        &error,
-        FailureKind::RateLimited,
-        FailureClass::Definite,
-        Some(429),
-    );
-    assert_eq!(error.retry_after, Some(Duration::from_secs(7)));
-    let (error, _) = fail_with("anthropic", behavior, "").await;
-    assert_eq!(error.retry_after, Some(Duration::from_secs(7)));
+    for kind in kinds() {
+        let (error, _) = fail_with(kind, behavior.clone(), "").await;
+        check(
+            &error,
+            FailureKind::RateLimited,
+            FailureClass::Definite,
+            Some(429),
+        );
+        assert_eq!(error.retry_after, Some(Duration::from_secs(7)), "{kind}");
+    }
 }
 
 #[tokio::test]
@@ -130,17 +145,19 @@ async fn a_server_that_answers_it_failed_is_definite() {
             body: error_body("internal_server_error", "boom"),
             retry_after: None,
         };
-        let (error, _) = fail_with("openai", behavior, "").await;
-        check(
-            &error,
-            FailureKind::ServerError,
-            FailureClass::Definite,
-            Some(status),
-        );
-        assert!(
-            error.message.contains("internal_server_error: boom"),
-            "{error}"
-        );
+        for kind in kinds() {
+            let (error, _) = fail_with(kind, behavior.clone(), "").await;
+            check(
+                &error,
+                FailureKind::ServerError,
+                FailureClass::Definite,
+                Some(status),
+            );
+            assert!(
+                error.message.contains("internal_server_error: boom"),
+                "{kind}: {error}"
+            );
+        }
     }
 }
 
@@ -151,7 +168,7 @@ async fn a_503_keeps_its_retry_after() {
         body: error_body("overloaded", "try again soon"),
         retry_after: Some("2".into()),
     };
-    for kind in ["openai", "anthropic"] {
+    for kind in kinds() {
         let (error, _) = fail_with(kind, behavior.clone(), "").await;
         check(
             &error,
@@ -170,7 +187,7 @@ async fn an_error_object_in_a_200_is_definite_in_the_servers_words() {
         body: error_body("server_error", "The engine is currently overloaded"),
         retry_after: None,
     };
-    for kind in ["openai", "anthropic"] {
+    for kind in kinds() {
         let (error, _) = fail_with(kind, behavior.clone(), "").await;
         check(
             &error,
@@ -190,7 +207,7 @@ async fn an_error_object_in_a_200_is_definite_in_the_servers_words() {
 #[tokio::test]
 async fn a_refusal_is_definite_in_the_models_words() {
     let behavior = Behavior::Refuse("I can't assist with that request.".into());
-    for kind in ["openai", "anthropic"] {
+    for kind in kinds() {
         let (error, _) = fail_with(kind, behavior.clone(), "").await;
         check(&error, FailureKind::Refused, FailureClass::Definite, None);
         assert!(
@@ -204,58 +221,47 @@ async fn a_refusal_is_definite_in_the_models_words() {
 
 #[tokio::test]
 async fn a_response_that_does_not_fit_the_request_is_definite() {
-    let (error, _) = fail_with("openai", Behavior::MalformedBody, "").await;
-    check(
-        &error,
-        FailureKind::BadResponse,
-        FailureClass::Definite,
-        Some(200),
-    );
-    // JSON was asked for; prose came back.
-    let prose = Behavior::Reply("Sure! The category is billing.".into());
-    let (error, _) = fail_with(
-        "openai",
-        prose.clone(),
-        "structured_output = [\"json_object\"]",
-    )
-    .await;
-    check(
-        &error,
-        FailureKind::BadResponse,
-        FailureClass::Definite,
-        None,
-    );
-    assert!(error.message.contains("not JSON"), "{error}");
-    let (error, _) = fail_with("anthropic", prose, "structured_output = [\"prefill\"]").await;
-    check(
-        &error,
-        FailureKind::BadResponse,
-        FailureClass::Definite,
-        None,
-    );
+    for kind in kinds() {
+        let (error, _) = fail_with(kind, Behavior::MalformedBody, "").await;
+        check(
+            &error,
+            FailureKind::BadResponse,
+            FailureClass::Definite,
+            Some(200),
+        );
+        // JSON was asked for; prose came back.
+        let prose = Behavior::Reply("Sure! The category is billing.".into());
+        let unconstrained = row(spec(kind).kind).unconstrained;
+        let (error, _) = fail_with(kind, prose, unconstrained).await;
+        check(
+            &error,
+            FailureKind::BadResponse,
+            FailureClass::Definite,
+            None,
+        );
+        assert!(error.message.contains("not JSON"), "{kind}: {error}");
+    }
 }
 
 #[tokio::test]
 async fn a_timeout_after_the_request_left_is_unknown() {
-    let fake = FakeProvider::start(Script::always(Behavior::Hang))
-        .await
-        .unwrap();
-    let provider = provider_for(
-        &fake,
-        "openai",
-        "[providers.fake.timeouts]\nrequest_ms = 300",
-    );
-    let error = provider.chat(&json_request(), &call(1)).await.unwrap_err();
-    check(&error, FailureKind::Timeout, FailureClass::Unknown, None);
-    assert!(
-        fake.wait_for_calls(1, WAIT).await,
-        "the request reached the provider"
-    );
+    for kind in kinds() {
+        let fake = FakeProvider::start(Script::always(Behavior::Hang))
+            .await
+            .unwrap();
+        let provider = provider_for(&fake, kind, "[providers.fake.timeouts]\nrequest_ms = 300");
+        let error = provider.chat(&json_request(), &call(1)).await.unwrap_err();
+        check(&error, FailureKind::Timeout, FailureClass::Unknown, None);
+        assert!(
+            fake.wait_for_calls(1, WAIT).await,
+            "{kind}: the request reached the provider"
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_reset_mid_body_is_unknown() {
-    for kind in ["openai", "anthropic"] {
+    for kind in kinds() {
         let (error, fake) = fail_with(kind, Behavior::ResetAfter { bytes: 24 }, "").await;
         check(&error, FailureKind::Reset, FailureClass::Unknown, None);
         assert_eq!(fake.calls(), 1);
@@ -270,37 +276,46 @@ async fn gateway_errors_are_unknown() {
             body: json!("<html>bad gateway</html>"),
             retry_after: None,
         };
-        let (error, _) = fail_with("openai", behavior, "").await;
-        check(
-            &error,
-            FailureKind::Gateway,
-            FailureClass::Unknown,
-            Some(status),
-        );
+        for kind in kinds() {
+            let (error, _) = fail_with(kind, behavior.clone(), "").await;
+            check(
+                &error,
+                FailureKind::Gateway,
+                FailureClass::Unknown,
+                Some(status),
+            );
+        }
     }
 }
 
 #[tokio::test]
 async fn every_call_sends_the_attempts_idempotency_key() {
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(
-        r#"{"category": "billing", "urgent": false}"#.into(),
-    )))
-    .await
-    .unwrap();
-    let provider = provider_for(&fake, "openai", "");
-    provider.chat(&json_request(), &call(1)).await.unwrap();
-    provider.chat(&json_request(), &call(1)).await.unwrap();
-    provider.chat(&json_request(), &call(2)).await.unwrap();
-    assert_eq!(
-        fake.calls_with_key(&call(1).idempotency_key),
-        2,
-        "a retry of one attempt reuses its key"
-    );
-    assert_eq!(fake.calls_with_key(&call(2).idempotency_key), 1);
-    // Anthropic takes none by default, and none is sent.
-    let anthropic = provider_for(&fake, "anthropic", "");
-    anthropic.chat(&json_request(), &call(3)).await.unwrap();
-    assert_eq!(fake.requests().last().unwrap().idempotency_key, None);
+    for kind in kinds() {
+        let fake = FakeProvider::start(Script::always(Behavior::Reply(
+            r#"{"category": "billing", "urgent": false}"#.into(),
+        )))
+        .await
+        .unwrap();
+        let provider = provider_for(&fake, kind, "");
+        provider.chat(&json_request(), &call(1)).await.unwrap();
+        provider.chat(&json_request(), &call(1)).await.unwrap();
+        provider.chat(&json_request(), &call(2)).await.unwrap();
+        match spec(kind).idempotency_header {
+            Some(_) => {
+                assert_eq!(
+                    fake.calls_with_key(&call(1).idempotency_key),
+                    2,
+                    "{kind}: a retry of one attempt reuses its key"
+                );
+                assert_eq!(fake.calls_with_key(&call(2).idempotency_key), 1, "{kind}");
+            }
+            // A kind that takes none by default is sent none.
+            None => assert!(
+                fake.requests().iter().all(|r| r.idempotency_key.is_none()),
+                "{kind}"
+            ),
+        }
+    }
 }
 
 #[tokio::test]
@@ -310,7 +325,7 @@ async fn scripted_answers_come_back_parsed() {
         Behavior::Reply(r#"{"category": "bug", "urgent": true}"#.into()),
     );
     let fake = FakeProvider::start(script).await.unwrap();
-    for kind in ["openai", "anthropic"] {
+    for kind in kinds() {
         let provider = provider_for(&fake, kind, "");
         let response = provider.chat(&json_request(), &call(1)).await.unwrap();
         assert_eq!(

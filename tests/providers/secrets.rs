@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use surety_fake_provider::{Behavior, FakeProvider, Script};
 use surety_providers::{ProvidersConfig, build_provider, build_provider_with};
 
-use crate::support::{call, json_request};
+use crate::support::{call, json_request, kinds, row, spec};
 
 const SECRET: &str = "sk-test-4f1e2d3c-DO-NOT-LEAK-9a8b7c6d";
 
@@ -41,10 +41,8 @@ async fn the_api_key_never_reaches_logs_errors_or_debug_output() {
         .await
         .unwrap();
     let mut seen = String::new();
-    for (kind, base_url) in [
-        ("openai", fake.openai_base_url()),
-        ("anthropic", fake.anthropic_base_url()),
-    ] {
+    for kind in kinds() {
+        let base_url = (row(spec(kind).kind).base_url)(&fake);
         let toml = format!(
             "[providers.p]\nkind = \"{kind}\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\ncontext_window = 1000\napi_key_env = \"SURETY_TEST_SECRET_KEY\"\n"
         );
@@ -58,7 +56,7 @@ async fn the_api_key_never_reaches_logs_errors_or_debug_output() {
         assert!(error.message.contains("[redacted]"), "{error}");
     }
     let echoed = fake.requests();
-    assert_eq!(echoed.len(), 2);
+    assert_eq!(echoed.len(), kinds().count(), "every kind was called");
     seen.push_str(&String::from_utf8(captured.0.lock().unwrap().clone()).unwrap());
     assert!(
         seen.contains("provider call failed"),

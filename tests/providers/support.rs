@@ -4,16 +4,53 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use surety_fake_provider::FakeProvider;
+use surety_providers::kinds::{KINDS, KindSpec};
 use surety_providers::{
-    CallContext, ChatRequest, Message, OutputFormat, Provider, ProvidersConfig, build_provider,
+    CallContext, ChatRequest, Message, OutputFormat, Provider, ProviderKind, ProvidersConfig,
+    build_provider,
 };
+
+/// What the provider suites need to know of a kind beyond the registry:
+/// one row per kind, written as an exhaustive match, so a kind without a
+/// row does not compile, and the suites iterate the registry, so a row
+/// without a kind is never run.
+pub struct Row {
+    /// Where the fake serves this kind's wire format.
+    pub base_url: fn(&FakeProvider) -> String,
+    /// TOML that makes the provider ask for JSON without constraining it,
+    /// so that prose can come back.
+    pub unconstrained: &'static str,
+}
+
+pub fn row(kind: ProviderKind) -> Row {
+    match kind {
+        ProviderKind::Openai => Row {
+            base_url: FakeProvider::openai_base_url,
+            unconstrained: "structured_output = [\"json_object\"]",
+        },
+        ProviderKind::Anthropic => Row {
+            base_url: FakeProvider::anthropic_base_url,
+            unconstrained: "structured_output = [\"prefill\"]",
+        },
+    }
+}
+
+/// Every kind of the registry, by name.
+pub fn kinds() -> impl Iterator<Item = &'static str> {
+    KINDS.iter().map(|k| k.name)
+}
+
+/// The registry's spec of the kind named `kind`; an unknown name fails the test.
+pub fn spec(kind: &str) -> &'static KindSpec {
+    KINDS
+        .iter()
+        .find(|k| k.name == kind)
+        .unwrap_or_else(|| panic!("no provider kind `{kind}` in the registry"))
+}
 
 /// One provider of `kind` pointed at `fake`, with extra TOML lines.
 pub fn provider_for(fake: &FakeProvider, kind: &str, extra: &str) -> Arc<dyn Provider> {
-    let base_url = match kind {
-        "anthropic" => fake.anthropic_base_url(),
-        _ => fake.openai_base_url(),
-    };
+    let base_url = (row(spec(kind).kind).base_url)(fake);
     provider_at(&base_url, kind, extra)
 }
 
