@@ -100,8 +100,8 @@ fn bad_files_get_errors_naming_the_toml_path() {
         "`providers.p.timeouts.request_ms`",
     );
     check_error(
-        &base.replace("kind = \"openai\"", "kind = \"gemini\""),
-        "unknown variant `gemini`",
+        &base.replace("kind = \"openai\"", "kind = \"palm\""),
+        "unknown variant `palm`",
     );
 }
 

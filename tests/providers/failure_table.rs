@@ -83,7 +83,12 @@ async fn refused_before_sending_a_seed_the_provider_does_not_take() {
             // A provider that declares seeds gets it on the wire.
             Support::Yes { default: true } => {
                 provider.chat(&seeded, &call(1)).await.unwrap();
-                assert_eq!(fake.requests()[0].body["seed"], 7, "{kind}");
+                let at = row(spec(kind).kind).seed_at;
+                assert_eq!(
+                    fake.requests()[0].body.pointer(at),
+                    Some(&json!(7)),
+                    "{kind}"
+                );
             }
             Support::Yes { default: false } | Support::No => {
                 let error = provider.chat(&seeded, &call(1)).await.unwrap_err();
@@ -336,7 +341,12 @@ async fn scripted_answers_come_back_parsed() {
         assert_eq!(response.model, "fake-model");
     }
     // Anthropic's forced tool carried the schema.
-    let sent = fake.requests().last().unwrap().body.clone();
+    let sent = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.format == surety_fake_provider::WireFormat::Anthropic)
+        .unwrap()
+        .body;
     assert_eq!(
         sent["tool_choice"],
         json!({"type": "tool", "name": "answer"})
@@ -347,6 +357,25 @@ async fn scripted_answers_come_back_parsed() {
     );
     assert_eq!(
         sent["system"],
+        "Classify the support ticket. Answer with JSON only."
+    );
+    // Gemini's generation config carried it, and the system prompt went to systemInstruction.
+    let sent = fake
+        .requests()
+        .into_iter()
+        .find(|r| r.format == surety_fake_provider::WireFormat::Gemini)
+        .unwrap()
+        .body;
+    assert_eq!(
+        sent["generationConfig"]["responseMimeType"],
+        "application/json"
+    );
+    assert_eq!(
+        sent["generationConfig"]["responseJsonSchema"],
+        crate::support::ticket_schema()
+    );
+    assert_eq!(
+        sent["systemInstruction"]["parts"][0]["text"],
         "Classify the support ticket. Answer with JSON only."
     );
 }

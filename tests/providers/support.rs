@@ -20,6 +20,8 @@ pub struct Row {
     /// TOML that makes the provider ask for JSON without constraining it,
     /// so that prose can come back.
     pub unconstrained: &'static str,
+    /// Where a request's seed is on the wire.
+    pub seed_at: &'static str,
 }
 
 pub fn row(kind: ProviderKind) -> Row {
@@ -27,10 +29,18 @@ pub fn row(kind: ProviderKind) -> Row {
         ProviderKind::Openai => Row {
             base_url: FakeProvider::openai_base_url,
             unconstrained: "structured_output = [\"json_object\"]",
+            seed_at: "/seed",
         },
         ProviderKind::Anthropic => Row {
             base_url: FakeProvider::anthropic_base_url,
             unconstrained: "structured_output = [\"prefill\"]",
+            // Anthropic takes no seed: a seeded request is refused before sending.
+            seed_at: "",
+        },
+        ProviderKind::Gemini => Row {
+            base_url: FakeProvider::gemini_base_url,
+            unconstrained: "structured_output = [\"prompt_only\"]",
+            seed_at: "/generationConfig/seed",
         },
     }
 }

@@ -1,7 +1,8 @@
 //! A fault-injecting fake LLM provider — a TEST TOOL, never a provider.
 //!
 //! It speaks OpenAI chat completions (`POST /v1/chat/completions`,
-//! `GET /v1/models`) and Anthropic Messages (`POST /v1/messages`) on
+//! `GET /v1/models`), Anthropic Messages (`POST /v1/messages`) and Gemini
+//! (`POST /v1beta/models/{model}:generateContent`) on
 //! 127.0.0.1, and answers as a [`Script`] says: per request, by model name,
 //! by prompt text or by call number, with fixed or random latency, a hang,
 //! any status, a connection reset after N bytes, a malformed body, or any
@@ -172,6 +173,7 @@ impl Script {
 pub enum WireFormat {
     OpenAi,
     Anthropic,
+    Gemini,
 }
 
 /// A request as the fake received it (credentials left out).
@@ -261,6 +263,11 @@ impl FakeProvider {
         format!("http://{}", self.addr)
     }
 
+    /// The base URL a Gemini-format provider config takes (`.../v1beta`).
+    pub fn gemini_base_url(&self) -> String {
+        format!("http://{}/v1beta", self.addr)
+    }
+
     /// Replaces the script; calls already counted stay counted.
     pub fn set_script(&self, script: Script) {
         *write(&self.shared.script) = script;
@@ -307,6 +314,7 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(openai_chat))
         .route("/v1/messages", post(anthropic_messages))
+        .route("/v1beta/models/{call}", post(gemini_generate))
         .route("/v1/models", get(models))
         .with_state(shared)
 }
@@ -345,10 +353,9 @@ fn plan(
     shared: &Shared,
     format: WireFormat,
     headers: &HeaderMap,
-    body: &Value,
+    (body, model): (&Value, String),
     raw: &Bytes,
 ) -> Plan {
-    let model = body["model"].as_str().unwrap_or_default().to_owned();
     let prompt = prompt_text(body);
     let key = headers
         .get("idempotency-key")
@@ -402,11 +409,24 @@ fn plan(
     }
 }
 
-/// Every message's text, for matching rules.
+/// Every message's text, for matching rules, in any of the wire formats.
 fn prompt_text(body: &Value) -> String {
     let mut text = String::new();
     if let Some(system) = body["system"].as_str() {
         text.push_str(system);
+        text.push('\n');
+    }
+    let parts = |content: &Value| -> String {
+        content["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["text"].as_str())
+            .collect()
+    };
+    text.push_str(&parts(&body["systemInstruction"]));
+    for content in body["contents"].as_array().into_iter().flatten() {
+        text.push_str(&parts(content));
         text.push('\n');
     }
     for message in body["messages"].as_array().into_iter().flatten() {
@@ -529,7 +549,7 @@ async fn misbehave(plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Respon
             ([(header::CONTENT_TYPE, "application/json")], body).into_response()
         }
         Behavior::EchoCredentials => {
-            let seen = ["authorization", "x-api-key"]
+            let seen = ["authorization", "x-api-key", "x-goog-api-key"]
                 .iter()
                 .filter_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
                 .collect::<Vec<_>>()
@@ -549,7 +569,8 @@ fn receive(
     raw: &Bytes,
 ) -> Option<(Value, Plan)> {
     let body = serde_json::from_slice::<Value>(raw).ok()?;
-    let plan = plan(shared, format, headers, &body, raw);
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let plan = plan(shared, format, headers, (&body, model), raw);
     Some((body, plan))
 }
 
@@ -677,6 +698,71 @@ impl Answers for AnthropicAnswer {
 
     fn refusal(&self, words: &str) -> Value {
         self.message(json!([{"type": "text", "text": words}]), "refusal", words)
+    }
+}
+
+async fn gemini_generate(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(call): axum::extract::Path<String>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let Some(model) = call.strip_suffix(":generateContent") else {
+        return bad_request("only :generateContent is served");
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(&raw) else {
+        return bad_request("the request body is not JSON");
+    };
+    let plan = plan(
+        &shared,
+        WireFormat::Gemini,
+        &headers,
+        (&body, model.to_owned()),
+        &raw,
+    );
+    let answers = GeminiAnswer {
+        call: plan.call,
+        model: plan.model.clone(),
+        prompt_tokens: word_count(&prompt_text(&body)),
+    };
+    answer(&shared, plan, &headers, &answers).await
+}
+
+/// A generateContent response.
+struct GeminiAnswer {
+    call: u64,
+    model: String,
+    prompt_tokens: u64,
+}
+
+impl GeminiAnswer {
+    fn response(&self, candidate: Value, completion_tokens: u64) -> Value {
+        json!({
+            "candidates": [candidate],
+            "usageMetadata": {
+                "promptTokenCount": self.prompt_tokens,
+                "candidatesTokenCount": completion_tokens,
+                "totalTokenCount": self.prompt_tokens + completion_tokens,
+            },
+            "modelVersion": self.model,
+            "responseId": format!("fake-{}", self.call),
+        })
+    }
+}
+
+impl Answers for GeminiAnswer {
+    fn reply(&self, text: &str) -> Value {
+        let candidate = json!({
+            "content": {"role": "model", "parts": [{"text": text}]},
+            "finishReason": "STOP",
+            "index": 0,
+        });
+        self.response(candidate, word_count(text))
+    }
+
+    fn refusal(&self, words: &str) -> Value {
+        let candidate = json!({"finishReason": "SAFETY", "finishMessage": words, "index": 0});
+        self.response(candidate, 0)
     }
 }
 

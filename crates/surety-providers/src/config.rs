@@ -38,6 +38,8 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// Google's Gemini API (generateContent).
+    Gemini,
 }
 
 /// How prompts are counted in tokens for this provider.

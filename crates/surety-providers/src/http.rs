@@ -249,7 +249,11 @@ fn server_message(bytes: &[u8]) -> String {
                 .map(str::to_owned)
                 .unwrap_or_else(|| m.to_string())
         });
-    let kind = body.pointer("/error/type").and_then(Value::as_str);
+    // OpenAI and Anthropic name the error's `type`; Google its `status`.
+    let kind = body
+        .pointer("/error/type")
+        .or_else(|| body.pointer("/error/status"))
+        .and_then(Value::as_str);
     match (kind, message) {
         (Some(kind), Some(message)) => truncate(&format!("{kind}: {message}")),
         (None, Some(message)) => truncate(&message),

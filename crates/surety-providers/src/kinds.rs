@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::config::{ConfigError, ProviderConfig, ProviderKind};
 use crate::secret::Secret;
-use crate::{Provider, StructuredMode, anthropic, openai};
+use crate::{Provider, StructuredMode, anthropic, gemini, openai};
 
 /// Whether a kind has a capability, and if so, whether it is on unless the
 /// configuration says otherwise.
@@ -95,14 +95,34 @@ pub static ANTHROPIC: KindSpec = KindSpec {
     build: |config, key| Ok(Arc::new(anthropic::AnthropicProvider::new(config, key)?)),
 };
 
+pub static GEMINI: KindSpec = KindSpec {
+    kind: ProviderKind::Gemini,
+    name: "gemini",
+    wire_format: "Gemini generateContent (POST {base_url}/models/{model}:generateContent)",
+    structured_modes: &[
+        StructuredMode::ResponseJsonSchema,
+        StructuredMode::ResponseSchema,
+        StructuredMode::PromptOnly,
+    ],
+    default_modes: &[StructuredMode::ResponseJsonSchema],
+    seed: Support::Yes { default: true },
+    // countTokens counts; it does not give the tokens back, so the
+    // tokenizer's round trip cannot run on it.
+    tokenize_endpoint: Support::No,
+    models_endpoint: Support::No,
+    idempotency_header: None,
+    build: |config, key| Ok(Arc::new(gemini::GeminiProvider::new(config, key)?)),
+};
+
 /// Every kind, in the order they are documented.
-pub static KINDS: [&KindSpec; 2] = [&OPENAI, &ANTHROPIC];
+pub static KINDS: [&KindSpec; 3] = [&OPENAI, &ANTHROPIC, &GEMINI];
 
 /// The spec of `kind`: a new kind without one does not compile.
 pub fn spec(kind: ProviderKind) -> &'static KindSpec {
     match kind {
         ProviderKind::Openai => &OPENAI,
         ProviderKind::Anthropic => &ANTHROPIC,
+        ProviderKind::Gemini => &GEMINI,
     }
 }
 
@@ -147,6 +167,37 @@ impl StructuredMode {
                 &["*"]
             }
             StructuredMode::Tool => &["format", "uniqueItems", "not", "if", "then", "else"],
+            // Gemini's JSON Schema support leaves these out of its decoding.
+            StructuredMode::ResponseJsonSchema => &[
+                "not",
+                "if",
+                "then",
+                "else",
+                "uniqueItems",
+                "contains",
+                "multipleOf",
+                "patternProperties",
+                "dependentSchemas",
+            ],
+            // Google's OpenAPI subset: what it does not know is left out.
+            StructuredMode::ResponseSchema => &[
+                "$schema",
+                "additionalProperties",
+                "const",
+                "not",
+                "if",
+                "then",
+                "else",
+                "allOf",
+                "oneOf",
+                "uniqueItems",
+                "contains",
+                "exclusiveMinimum",
+                "exclusiveMaximum",
+                "multipleOf",
+                "patternProperties",
+                "dependentSchemas",
+            ],
         }
     }
 }

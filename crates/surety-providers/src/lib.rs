@@ -11,6 +11,7 @@
 pub mod anthropic;
 pub mod config;
 pub mod failure;
+pub mod gemini;
 mod http;
 pub mod kinds;
 pub mod openai;
@@ -184,9 +185,12 @@ impl ChatResponse {
         let raw = self.finish_reason.as_deref()?;
         Some(
             match raw {
-                "stop" | "end_turn" | "stop_sequence" | "tool_use" | "tool_calls" => "stop",
-                "length" | "max_tokens" => "length",
-                "content_filter" | "refusal" => "content_filter",
+                "stop" | "end_turn" | "stop_sequence" | "tool_use" | "tool_calls" | "STOP" => {
+                    "stop"
+                }
+                "length" | "max_tokens" | "MAX_TOKENS" => "length",
+                "content_filter" | "refusal" | "SAFETY" | "RECITATION" | "PROHIBITED_CONTENT"
+                | "BLOCKLIST" | "SPII" => "content_filter",
                 other => other,
             }
             .to_owned(),
@@ -209,6 +213,12 @@ pub enum StructuredMode {
     Tool,
     /// Anthropic: the assistant turn is prefilled with `{`.
     Prefill,
+    /// Gemini: `responseMimeType: application/json` with `responseJsonSchema`
+    /// (JSON Schema).
+    ResponseJsonSchema,
+    /// Gemini: `responseMimeType: application/json` with `responseSchema`
+    /// (Google's OpenAPI subset: keywords outside it are left out).
+    ResponseSchema,
     /// Nothing on the wire: the prompt alone asks for JSON.
     PromptOnly,
 }
@@ -221,6 +231,8 @@ impl StructuredMode {
             StructuredMode::JsonObject => "json_object",
             StructuredMode::Tool => "tool",
             StructuredMode::Prefill => "prefill",
+            StructuredMode::ResponseJsonSchema => "response_json_schema",
+            StructuredMode::ResponseSchema => "response_schema",
             StructuredMode::PromptOnly => "prompt_only",
         }
     }
@@ -230,7 +242,9 @@ impl StructuredMode {
         match self {
             StructuredMode::JsonSchema
             | StructuredMode::JsonObjectSchema
-            | StructuredMode::Tool => true,
+            | StructuredMode::Tool
+            | StructuredMode::ResponseJsonSchema
+            | StructuredMode::ResponseSchema => true,
             StructuredMode::JsonObject | StructuredMode::Prefill | StructuredMode::PromptOnly => {
                 false
             }

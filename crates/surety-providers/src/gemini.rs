@@ -1,0 +1,306 @@
+//! Google's Gemini API (`POST {base_url}/models/{model}:generateContent`,
+//! the base URL being e.g. `https://generativelanguage.googleapis.com/v1beta`).
+//!
+//! The key travels in the `x-goog-api-key` header, never in the URL, so it
+//! cannot reach a log. System messages go to `systemInstruction`; sampling
+//! and JSON to `generationConfig` (`responseMimeType: application/json` with
+//! `responseJsonSchema`, or `responseSchema` cut to Google's OpenAPI
+//! subset). `modelVersion` is the served model; `usageMetadata` the usage.
+//! A `finishReason` of SAFETY, RECITATION, PROHIBITED_CONTENT (and the
+//! like), or a prompt blocked in `promptFeedback`, is a definite refusal
+//! naming the reason; MAX_TOKENS is a truncated answer.
+
+use reqwest::header::{HeaderMap, HeaderName};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::config::{ConfigError, ProviderConfig};
+use crate::http::HttpClient;
+use crate::secret::Secret;
+use crate::{
+    BoxFuture, CallContext, Capabilities, ChatRequest, ChatResponse, FailureKind, OutputFormat,
+    Provider, ProviderError, Role, StructuredMode, Usage,
+};
+
+#[derive(Debug)]
+pub struct GeminiProvider {
+    config: ProviderConfig,
+    http: HttpClient,
+}
+
+/// The keywords Google's OpenAPI-subset `responseSchema` takes.
+const RESPONSE_SCHEMA_KEYWORDS: &[&str] = &[
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+    "items",
+    "minimum",
+    "maximum",
+];
+
+impl GeminiProvider {
+    pub fn new(config: ProviderConfig, key: Option<Secret>) -> Result<GeminiProvider, ConfigError> {
+        let http = HttpClient::for_provider(&config, key)?;
+        Ok(GeminiProvider { config, http })
+    }
+
+    pub fn structured_mode(&self) -> StructuredMode {
+        self.config.structured_mode()
+    }
+
+    /// The request body this adapter sends for `request`; public so that
+    /// conformance tests can check it against Google's own types.
+    pub fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+        let system: Vec<Value> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| json!({ "text": m.content }))
+            .collect();
+        let contents: Vec<Value> = request
+            .messages
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .map(|m| {
+                let role = match m.role {
+                    Role::Assistant => "model",
+                    _ => "user",
+                };
+                json!({ "role": role, "parts": [{ "text": m.content }] })
+            })
+            .collect();
+        let mut generation = json!({
+            "temperature": request.temperature,
+            "maxOutputTokens": request.max_tokens,
+        });
+        if let Some(seed) = request.seed {
+            generation["seed"] = json!(seed);
+        }
+        if let OutputFormat::Json { schema, .. } = &request.output {
+            match self.structured_mode() {
+                StructuredMode::ResponseJsonSchema => {
+                    generation["responseMimeType"] = json!("application/json");
+                    let mut schema = schema.clone();
+                    if let Some(object) = schema.as_object_mut() {
+                        object.remove("$schema");
+                    }
+                    generation["responseJsonSchema"] = schema;
+                }
+                StructuredMode::ResponseSchema => {
+                    generation["responseMimeType"] = json!("application/json");
+                    generation["responseSchema"] = openapi_subset(schema);
+                }
+                StructuredMode::PromptOnly => {}
+                other => {
+                    return Err(ProviderError::not_sent(
+                        &self.config.id,
+                        format!(
+                            "structured-output mode `{}` is not a Gemini mode",
+                            other.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut body = json!({ "contents": contents, "generationConfig": generation });
+        if !system.is_empty() {
+            body["systemInstruction"] = json!({ "parts": system });
+        }
+        Ok(body)
+    }
+
+    fn headers(&self) -> Result<HeaderMap, ProviderError> {
+        self.http
+            .headers(HeaderName::from_static("x-goog-api-key"), "", None)
+    }
+
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        _call: &CallContext,
+    ) -> Result<ChatResponse, ProviderError> {
+        self.config.capabilities.check(&self.config.id, request)?;
+        let body = self.request_body(request)?;
+        let url = format!(
+            "{}/models/{}:generateContent",
+            self.config.base_url, self.config.model
+        );
+        let answer = self.http.post_json(&url, self.headers()?, &body).await?;
+        if let Some(error) = self.http.error_in_body(&answer.body) {
+            return Err(error);
+        }
+        let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
+            self.http
+                .bad_response(format!("not a generateContent response: {e}"))
+        })?;
+        let refused = |reason: &str, words: Option<&str>| {
+            let words = words.map(|w| format!("{w} ")).unwrap_or_default();
+            ProviderError::new(
+                &self.config.id,
+                FailureKind::Refused,
+                self.http.scrub(&format!(
+                    "the model refused: {words}(finish reason {reason})"
+                )),
+            )
+        };
+        if let Some(reason) = wire
+            .prompt_feedback
+            .as_ref()
+            .and_then(|f| f.block_reason.as_deref())
+        {
+            return Err(refused(&format!("prompt blocked: {reason}"), None));
+        }
+        let candidate = wire
+            .candidates
+            .into_iter()
+            .next()
+            .ok_or_else(|| self.http.bad_response("the response has no candidates"))?;
+        let finish_reason = candidate.finish_reason;
+        if let Some(reason) = finish_reason
+            .as_deref()
+            .filter(|r| !matches!(*r, "STOP" | "MAX_TOKENS" | "FINISH_REASON_UNSPECIFIED"))
+        {
+            return Err(refused(reason, candidate.finish_message.as_deref()));
+        }
+        let text: String = candidate
+            .content
+            .map(|c| c.parts.into_iter().filter_map(|p| p.text).collect())
+            .unwrap_or_default();
+        let json = match &request.output {
+            OutputFormat::Text => None,
+            OutputFormat::Json { .. } => {
+                if finish_reason.as_deref() == Some("MAX_TOKENS") {
+                    return Err(self.http.bad_response(format!(
+                        "the answer was cut at maxOutputTokens ({}) before the JSON closed: {text}",
+                        request.max_tokens
+                    )));
+                }
+                Some(serde_json::from_str(&text).map_err(|e| {
+                    self.http
+                        .bad_response(format!("the answer is not JSON ({e}): {text}"))
+                })?)
+            }
+        };
+        let usage = wire.usage_metadata.unwrap_or_default();
+        Ok(ChatResponse {
+            structured_mode: json.as_ref().map(|_| self.structured_mode()),
+            text,
+            json,
+            // The served model, as Google names it with the answer.
+            model: wire.model_version.unwrap_or_default(),
+            finish_reason,
+            usage: Usage {
+                prompt_tokens: usage.prompt_token_count,
+                completion_tokens: usage.candidates_token_count,
+            },
+            latency: answer.latency,
+        })
+    }
+}
+
+impl Provider for GeminiProvider {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.config.capabilities
+    }
+
+    fn chat<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        call: &'a CallContext,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(self.send(request, call))
+    }
+}
+
+/// `schema` cut to Google's OpenAPI subset (what the lint says
+/// `response_schema` drops is left out), recursively.
+fn openapi_subset(schema: &Value) -> Value {
+    let Some(object) = schema.as_object() else {
+        return schema.clone();
+    };
+    let mut kept = Map::new();
+    for (key, value) in object {
+        if !RESPONSE_SCHEMA_KEYWORDS.contains(&key.as_str()) {
+            continue;
+        }
+        let value = match (key.as_str(), value) {
+            ("properties", Value::Object(properties)) => Value::Object(
+                properties
+                    .iter()
+                    .map(|(name, s)| (name.clone(), openapi_subset(s)))
+                    .collect(),
+            ),
+            ("items", s) => openapi_subset(s),
+            ("anyOf", Value::Array(options)) => {
+                Value::Array(options.iter().map(openapi_subset).collect())
+            }
+            (_, value) => value.clone(),
+        };
+        kept.insert(key.clone(), value);
+    }
+    Value::Object(kept)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireResponse {
+    #[serde(default)]
+    candidates: Vec<WireCandidate>,
+    prompt_feedback: Option<WireFeedback>,
+    usage_metadata: Option<WireUsage>,
+    model_version: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireCandidate {
+    content: Option<WireContent>,
+    finish_reason: Option<String>,
+    finish_message: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireContent {
+    #[serde(default)]
+    parts: Vec<WirePart>,
+}
+
+#[derive(Deserialize)]
+struct WirePart {
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireFeedback {
+    block_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct WireUsage {
+    #[serde(default)]
+    prompt_token_count: u64,
+    #[serde(default)]
+    candidates_token_count: u64,
+}
