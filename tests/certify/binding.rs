@@ -160,3 +160,62 @@ async fn a_refusal_and_an_error_in_a_200_are_reported_in_the_providers_words() {
         "{markdown}"
     );
 }
+
+/// A Gemini-kind provider at the fake, as `surety.toml` would configure it.
+fn gemini_config(fake: &FakeProvider) -> surety_providers::ProviderConfig {
+    let toml = format!(
+        "[providers.gem]\nkind = \"gemini\"\nbase_url = \"{}\"\nmodel = \"gemini-fake\"\ncontext_window = 16000\n",
+        fake.gemini_base_url()
+    );
+    surety_providers::ProvidersConfig::from_toml(&toml)
+        .unwrap()
+        .providers["gem"]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_gemini_provider_certifies_and_a_safety_stop_is_named() {
+    let golden = tempfile::tempdir().unwrap();
+    let contract = contract("language-detect");
+    let fake = FakeProvider::start(script_for(&contract, |_, a| reply(&a)))
+        .await
+        .unwrap();
+    let result = crate::certify_as(
+        gemini_config(&fake),
+        std::slice::from_ref(&contract),
+        golden.path(),
+        true,
+    )
+    .await
+    .remove(0);
+    assert!(result.certified, "{:?}", result.failures());
+    let sent = &fake.requests()[0];
+    assert_eq!(sent.format, surety_fake_provider::WireFormat::Gemini);
+    assert_eq!(
+        sent.body["generationConfig"]["seed"], 7,
+        "the contract's seed"
+    );
+    // The same provider now stops for safety on every case.
+    fake.set_script(script_for(&contract, |_, _| {
+        Behavior::Refuse("The response was blocked.".to_owned())
+    }));
+    let result = crate::certify_as(
+        gemini_config(&fake),
+        std::slice::from_ref(&contract),
+        golden.path(),
+        false,
+    )
+    .await
+    .remove(0);
+    assert!(!result.certified);
+    let failure = result
+        .failures()
+        .into_iter()
+        .find(|f| f.check == "call")
+        .unwrap();
+    assert!(
+        failure.message.contains("refused by the model")
+            && failure.message.contains("(finish reason SAFETY)"),
+        "{failure:?}"
+    );
+}

@@ -361,3 +361,57 @@ pub async fn a_replay_never_depends_on_the_manifest(db: &TestDb) {
     );
     assert_eq!(fake.calls(), 1);
 }
+
+pub async fn a_gemini_provider_is_routed_to_and_failed_over_from(db: &TestDb) {
+    let gemini = FakeProvider::start(language_script()).await.unwrap();
+    let steady = FakeProvider::start(language_script()).await.unwrap();
+    let gem_toml = format!(
+        "[providers.gem]\nkind = \"gemini\"\nbase_url = \"{}\"\nmodel = \"gem\"\ncontext_window = 16000\n",
+        gemini.gemini_base_url()
+    );
+    let gem = surety_providers::ProvidersConfig::from_toml(&gem_toml)
+        .unwrap()
+        .providers["gem"]
+        .clone();
+    let mut certified = manifest(&[("fake-b", &steady, "language-detect")]);
+    certified.entries.push(surety_tests::certified_entry(
+        &gem,
+        &contract("language-detect"),
+        time::OffsetDateTime::now_utc() + time::Duration::days(1),
+    ));
+    let routes =
+        "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"gem\", \"fake-b\"]\n";
+    let providers = format!("{gem_toml}{}", provider_toml("fake-b", &steady));
+    let router = Router::start_with(db, &providers, routes, &certified, "").await;
+    let (_, _, job) = router
+        .create(ACME, "g-1", &detect("Buongiorno"), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["attempts"][0]["provider"], "gem", "{job}");
+    assert_eq!(job["completed_by"], 1, "{job}");
+    // Google runs out of quota: a definite failure, and the job moves on.
+    gemini.set_script(Script::always(surety_fake_provider::Behavior::Status {
+        status: 429,
+        body: json!({"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED"}}),
+        retry_after: None,
+    }));
+    let (_, _, job) = router
+        .create(ACME, "g-2", &detect("Goedemorgen"), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["provider"], "gem");
+    assert_eq!(attempts[0]["state"], "failed");
+    assert!(
+        attempts[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("RESOURCE_EXHAUSTED: Resource has been exhausted"),
+        "{job}"
+    );
+    assert_eq!(attempts[1]["provider"], "fake-b");
+    assert_eq!(
+        gemini.requests()[0].format,
+        surety_fake_provider::WireFormat::Gemini
+    );
+}

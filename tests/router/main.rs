@@ -31,6 +31,7 @@ mod certified_is_served {
         a_failing_model_listing_never_voids_an_answer,
         the_facade_serves_only_pinned_prompts,
         a_replay_never_depends_on_the_manifest,
+        a_gemini_provider_is_routed_to_and_failed_over_from,
     );
 }
 
