@@ -119,3 +119,107 @@ async fn every_openai_response_the_fake_returns_conforms() {
         );
     }
 }
+
+/// Runs google-genai's types (tests/data/gemini/validate.py, in the suite's
+/// venv) over `requests` and `responses`; `None` when the venv is absent
+/// outside CI.
+async fn genai_errors(requests: &[Value], responses: &[Value]) -> Option<(String, Vec<String>)> {
+    let python = match std::env::var("SURETY_OPENAI_SDK_PYTHON") {
+        Ok(python) => python,
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!(
+                "SURETY_OPENAI_SDK_PYTHON is not set and CI is set: run through `cargo xtask test`"
+            )
+        }
+        Err(_) => {
+            eprintln!("SKIPPED: google-genai is not installed (run through `cargo xtask test`)");
+            return None;
+        }
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gemini/validate.py");
+    let mut child = tokio::process::Command::new(python)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = json!({"requests": requests, "responses": responses}).to_string();
+    use tokio::io::AsyncWriteExt;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .await
+        .unwrap();
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let verdict: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let errors = verdict["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_owned())
+        .collect();
+    Some((verdict["sdk"].as_str().unwrap().to_owned(), errors))
+}
+
+#[tokio::test]
+async fn gemini_requests_and_the_fakes_responses_fit_googles_types() {
+    let reply = r#"{"category": "billing", "urgent": false}"#;
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(reply.into())).rule(
+        surety_fake_provider::When::PromptContains("refuse".into()),
+        Behavior::Refuse("Blocked for safety.".into()),
+    ))
+    .await
+    .unwrap();
+    for mode in ["response_json_schema", "response_schema", "prompt_only"] {
+        let provider = provider_for(
+            &fake,
+            "gemini",
+            &format!("structured_output = [\"{mode}\"]"),
+        );
+        provider.chat(&json_request(), &call(1)).await.unwrap();
+        provider.chat(&text_request(), &call(2)).await.unwrap();
+    }
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(requests.len(), 6);
+    // The fake's answers: a reply, and a refusal.
+    let client = reqwest::Client::new();
+    let mut responses = Vec::new();
+    for text in ["say hi", "please refuse"] {
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": text}]}]});
+        let response: Value = client
+            .post(format!(
+                "{}/models/fake-model:generateContent",
+                fake.gemini_base_url()
+            ))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        responses.push(response);
+    }
+    let Some((sdk, errors)) = genai_errors(&requests, &responses).await else {
+        return;
+    };
+    assert_eq!(errors, Vec::<String>::new(), "google-genai {sdk}");
+    eprintln!("validated against google-genai {sdk}");
+    // The validation can fail: an invented field is rejected.
+    let mut invented = requests[0].clone();
+    invented["generationConfig"]["temperatureBoost"] = json!(2);
+    let mut answer = responses[0].clone();
+    answer["candidates"][0]["confidence"] = json!(0.9);
+    let (_, errors) = genai_errors(&[invented], &[answer]).await.unwrap();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].contains("temperatureBoost"), "{errors:?}");
+    assert!(errors[1].contains("confidence"), "{errors:?}");
+}

@@ -237,9 +237,14 @@ pub fn serve(paths: &Paths, port: Option<u16>) -> Result<()> {
 
 /// The suite's Python clients, pinned, in a virtualenv of their own in the
 /// cache: the official OpenAI Python SDK (the router's OpenAI-compatible
-/// facade is tested with it) and schemathesis (the router's OpenAPI
-/// document is tested with it).
-pub const PYTHON_CLIENTS: [&str; 2] = ["openai==3.51.0", "schemathesis==4.32.5"];
+/// facade is tested with it), schemathesis (the router's OpenAPI document
+/// is tested with it) and Google's google-genai (the Gemini adapter's
+/// requests and the fake's responses are checked against its types).
+pub const PYTHON_CLIENTS: [&str; 3] = [
+    "openai==3.51.0",
+    "schemathesis==4.32.5",
+    "google-genai==3.6.1",
+];
 
 /// Installs the SDK if needed and returns its Python.
 pub fn openai_sdk() -> Result<PathBuf> {
