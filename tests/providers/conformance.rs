@@ -223,3 +223,25 @@ async fn gemini_requests_and_the_fakes_responses_fit_googles_types() {
     assert!(errors[0].contains("temperatureBoost"), "{errors:?}");
     assert!(errors[1].contains("confidence"), "{errors:?}");
 }
+
+/// Every kind says what its wire JSON is checked against, or why nothing:
+/// never an omission.
+#[test]
+fn every_kind_names_its_conformance_check() {
+    use crate::support::{Conformance, kinds, row, spec};
+    let checks: Vec<(&str, Conformance)> = kinds()
+        .map(|kind| (kind, row(spec(kind).kind).conformance))
+        .collect();
+    assert!(checks.iter().all(|(_, c)| match c {
+        Conformance::Unchecked(why) => why.len() > 20,
+        _ => true,
+    }));
+    assert_eq!(
+        checks
+            .iter()
+            .filter(|(_, c)| !matches!(c, Conformance::Unchecked(_)))
+            .count(),
+        2,
+        "{checks:?}"
+    );
+}

@@ -22,6 +22,19 @@ pub struct Row {
     pub unconstrained: &'static str,
     /// Where a request's seed is on the wire.
     pub seed_at: &'static str,
+    /// What its requests and the fake's responses are checked against.
+    pub conformance: Conformance,
+}
+
+/// The published definition a kind's wire JSON is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conformance {
+    /// OpenAI's OpenAPI document (`conformance::every_request_the_openai_adapter_sends_conforms`).
+    OpenAiDocument,
+    /// google-genai's pydantic types (`conformance::gemini_requests_and_the_fakes_responses_fit_googles_types`).
+    GoogleGenai,
+    /// None yet, and why.
+    Unchecked(&'static str),
 }
 
 pub fn row(kind: ProviderKind) -> Row {
@@ -30,17 +43,22 @@ pub fn row(kind: ProviderKind) -> Row {
             base_url: FakeProvider::openai_base_url,
             unconstrained: "structured_output = [\"json_object\"]",
             seed_at: "/seed",
+            conformance: Conformance::OpenAiDocument,
         },
         ProviderKind::Anthropic => Row {
             base_url: FakeProvider::anthropic_base_url,
             unconstrained: "structured_output = [\"prefill\"]",
             // Anthropic takes no seed: a seeded request is refused before sending.
             seed_at: "",
+            conformance: Conformance::Unchecked(
+                "no machine-readable definition of Anthropic's Messages API is installed here; its wire format is checked by the adapter's own tests",
+            ),
         },
         ProviderKind::Gemini => Row {
             base_url: FakeProvider::gemini_base_url,
             unconstrained: "structured_output = [\"prompt_only\"]",
             seed_at: "/generationConfig/seed",
+            conformance: Conformance::GoogleGenai,
         },
     }
 }

@@ -15,6 +15,10 @@
 //! | timeout after the request left                  | `Timeout`     | unknown  |
 //! | connection reset or body cut short mid-response | `Reset`       | unknown  |
 //! | HTTP 502, 504 and every other 5xx: a gateway lost the upstream's answer | `Gateway` | unknown |
+//!
+//! Statuses decide, whatever the wire format: Google's `error.status`
+//! (RESOURCE_EXHAUSTED on 429, UNAVAILABLE on 503, INVALID_ARGUMENT on 400)
+//! rides along in the message, as OpenAI's and Anthropic's `error.type` does.
 
 use std::fmt;
 use std::time::Duration;

@@ -208,6 +208,27 @@ mod tests {
 
     use super::*;
 
+    /// Every variant's place: a new kind does not compile until it is
+    /// counted here, and the test below fails until `KINDS` lists it.
+    fn ordinal(kind: ProviderKind) -> usize {
+        match kind {
+            ProviderKind::Openai => 0,
+            ProviderKind::Anthropic => 1,
+            ProviderKind::Gemini => 2,
+        }
+    }
+    const VARIANTS: usize = 3;
+
+    #[test]
+    fn the_registry_lists_every_kind_once() {
+        let mut seen = [false; VARIANTS];
+        for spec in KINDS {
+            seen[ordinal(spec.kind)] = true;
+        }
+        assert_eq!(KINDS.len(), VARIANTS);
+        assert!(seen.iter().all(|s| *s), "a kind is missing from KINDS");
+    }
+
     #[test]
     fn every_kind_has_one_spec_and_its_defaults_are_allowed() {
         for (i, spec) in KINDS.iter().enumerate() {
