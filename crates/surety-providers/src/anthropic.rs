@@ -12,8 +12,8 @@ use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
 use crate::{
-    BoxFuture, CallContext, Capabilities, ChatRequest, ChatResponse, OutputFormat, Provider,
-    ProviderError, Role, StructuredMode, Usage,
+    BoxFuture, CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
+    StructuredMode, Usage,
 };
 
 /// The API version this adapter speaks.
@@ -198,12 +198,8 @@ impl AnthropicProvider {
 }
 
 impl Provider for AnthropicProvider {
-    fn id(&self) -> &str {
-        &self.config.id
-    }
-
-    fn capabilities(&self) -> &Capabilities {
-        &self.config.capabilities
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
     fn chat<'a>(

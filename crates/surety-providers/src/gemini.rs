@@ -18,8 +18,8 @@ use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
 use crate::{
-    BoxFuture, CallContext, Capabilities, ChatRequest, ChatResponse, FailureKind, OutputFormat,
-    Provider, ProviderError, Role, StructuredMode, Usage,
+    BoxFuture, CallContext, ChatRequest, ChatResponse, FailureKind, OutputFormat, Provider,
+    ProviderError, Role, StructuredMode, Usage,
 };
 
 #[derive(Debug)]
@@ -215,12 +215,8 @@ impl GeminiProvider {
 }
 
 impl Provider for GeminiProvider {
-    fn id(&self) -> &str {
-        &self.config.id
-    }
-
-    fn capabilities(&self) -> &Capabilities {
-        &self.config.capabilities
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
     fn chat<'a>(

@@ -37,12 +37,19 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One provider, whatever its wire format.
 pub trait Provider: Send + Sync + fmt::Debug {
+    /// Its validated configuration.
+    fn config(&self) -> &ProviderConfig;
+
     /// The id it has in the configuration.
-    fn id(&self) -> &str;
+    fn id(&self) -> &str {
+        &self.config().id
+    }
 
     /// What it can do. A request that needs a capability the provider lacks
     /// is refused before sending, never silently degraded.
-    fn capabilities(&self) -> &Capabilities;
+    fn capabilities(&self) -> &Capabilities {
+        &self.config().capabilities
+    }
 
     /// Sends one chat request.
     fn chat<'a>(

@@ -11,8 +11,8 @@ use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
 use crate::{
-    BoxFuture, CallContext, Capabilities, ChatRequest, ChatResponse, OutputFormat, Provider,
-    ProviderError, Role, StructuredMode, Usage,
+    BoxFuture, CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
+    StructuredMode, Usage,
 };
 
 #[derive(Debug)]
@@ -222,12 +222,8 @@ impl OpenAiProvider {
 }
 
 impl Provider for OpenAiProvider {
-    fn id(&self) -> &str {
-        &self.config.id
-    }
-
-    fn capabilities(&self) -> &Capabilities {
-        &self.config.capabilities
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
     fn chat<'a>(
