@@ -379,3 +379,34 @@ async fn scripted_answers_come_back_parsed() {
         "Classify the support ticket. Answer with JSON only."
     );
 }
+
+#[tokio::test]
+async fn a_response_past_its_size_cap_fails_and_is_not_read_on() {
+    // 300 MiB of answer, made as it is read.
+    let huge = 300 * 1024 * 1024;
+    for kind in kinds() {
+        let fake = FakeProvider::start(Script::always(Behavior::Huge { bytes: huge }))
+            .await
+            .unwrap();
+        let provider = provider_for(&fake, kind, "max_response_bytes = 1048576");
+        let error = provider.chat(&json_request(), &call(1)).await.unwrap_err();
+        check(
+            &error,
+            FailureKind::BadResponse,
+            FailureClass::Definite,
+            Some(200),
+        );
+        assert!(
+            error
+                .message
+                .contains("longer than max_response_bytes (1048576 bytes)"),
+            "{kind}: {error}"
+        );
+        // The router stopped reading: what was made is the cap plus buffers, not the body.
+        assert!(
+            fake.bytes_streamed() < 16 * 1024 * 1024,
+            "{kind}: {} bytes were read of {huge}",
+            fake.bytes_streamed()
+        );
+    }
+}

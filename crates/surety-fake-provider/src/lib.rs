@@ -103,6 +103,9 @@ pub enum Behavior {
     /// The n-th call that reaches the rule behaves as the n-th entry; the
     /// last entry repeats.
     Sequence(Vec<Behavior>),
+    /// HTTP 200 whose body goes on for this many bytes, made as it is read
+    /// (never held whole); `bytes_streamed` counts what was read.
+    Huge { bytes: u64 },
 }
 
 impl Behavior {
@@ -202,6 +205,8 @@ struct Shared {
     script: RwLock<Script>,
     log: Mutex<Log>,
     calls: watch::Sender<u64>,
+    /// Bytes of `Huge` bodies made so far.
+    streamed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A running fake. Dropping it stops the server.
@@ -234,6 +239,7 @@ impl FakeProvider {
             script: RwLock::new(script),
             log: Mutex::new(Log::default()),
             calls,
+            streamed: Arc::default(),
         });
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
@@ -281,6 +287,14 @@ impl FakeProvider {
     /// Chat calls received with this idempotency key.
     pub fn calls_with_key(&self, key: &str) -> u64 {
         lock(&self.shared.log).by_key.get(key).copied().unwrap_or(0)
+    }
+
+    /// Bytes of `Huge` bodies the fake has made, that is, that a client read
+    /// (or that sat in buffers on their way).
+    pub fn bytes_streamed(&self) -> u64 {
+        self.shared
+            .streamed
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every chat request received, in order.
@@ -477,6 +491,7 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
         Behavior::Refuse(words) => ok.refusal(&words),
         Behavior::Cycle(texts) if texts.is_empty() => ok.reply(""),
         Behavior::Cycle(texts) => ok.reply(&texts[(plan.rule_calls % texts.len() as u64) as usize]),
+        Behavior::Huge { bytes } => return huge(shared, bytes),
         other => {
             return misbehave(
                 Plan {
@@ -499,12 +514,38 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
     ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
+/// A 200 whose body is `bytes` long, made 64 KiB at a time as it is read.
+fn huge(shared: &Shared, bytes: u64) -> Response {
+    const CHUNK: u64 = 64 * 1024;
+    let streamed = shared.streamed.clone();
+    let chunks = futures_util::stream::unfold(0u64, move |sent| {
+        let streamed = streamed.clone();
+        async move {
+            if sent >= bytes {
+                return None;
+            }
+            let n = CHUNK.min(bytes - sent);
+            streamed.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            let chunk = Bytes::from(vec![b' '; usize::try_from(n).unwrap_or(0)]);
+            Some((Ok::<Bytes, std::io::Error>(chunk), sent + n))
+        }
+    });
+    let mut response = Response::new(Body::from_stream(chunks));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
 /// Every answer that is not a normal one.
 async fn misbehave(plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Response {
     match plan.behavior {
-        Behavior::Reply(_) | Behavior::Refuse(_) | Behavior::Cycle(_) | Behavior::Sequence(_) => {
-            bad_request("the fake's plan is a normal answer")
-        }
+        Behavior::Reply(_)
+        | Behavior::Refuse(_)
+        | Behavior::Cycle(_)
+        | Behavior::Sequence(_)
+        | Behavior::Huge { .. } => bad_request("the fake's plan is a normal answer"),
         Behavior::Status {
             status,
             body,

@@ -70,6 +70,8 @@ pub struct RawProviderConfig {
     pub tokenize_endpoint: Option<bool>,
     /// Model ids besides `model` (and its dated snapshots) that may answer.
     pub served_models: Option<Vec<String>>,
+    /// The most bytes of a response read (default 8 MiB).
+    pub max_response_bytes: Option<usize>,
     #[serde(default)]
     pub timeouts: RawTimeouts,
 }
@@ -136,6 +138,8 @@ pub struct ProviderConfig {
     pub context_window: u32,
     /// Model ids besides `model` that may answer (see [`ProviderConfig::serves`]).
     pub served_models: Vec<String>,
+    /// The most bytes of a response read; past it the call fails.
+    pub max_response_bytes: usize,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
 }
@@ -304,6 +308,16 @@ impl ProviderConfig {
                     ));
                 }
                 ids => ids.unwrap_or_default(),
+            },
+            max_response_bytes: match raw.max_response_bytes {
+                None => crate::http::DEFAULT_MAX_BODY,
+                Some(n) if n >= 1024 => n,
+                Some(_) => {
+                    return Err(ConfigError::at(
+                        path("max_response_bytes"),
+                        "must be at least 1024 bytes",
+                    ));
+                }
             },
             connect_timeout: millis("timeouts.connect_ms", raw.timeouts.connect_ms, 5_000)?,
             request_timeout: millis("timeouts.request_ms", raw.timeouts.request_ms, 120_000)?,

@@ -10,6 +10,7 @@
 //! | HTTP 429, with its Retry-After kept             | `RateLimited` | definite |
 //! | HTTP 500, 501, 503, 505, 529: the server answered that it failed (a 503's Retry-After kept) | `ServerError` | definite |
 //! | a 2xx whose body does not fit the request       | `BadResponse` | definite |
+//! | a 2xx longer than the provider's `max_response_bytes` (read no further) | `BadResponse` | definite |
 //! | a 2xx whose body is an error object: the server answered that it failed | `ServerError` | definite |
 //! | the model refused (OpenAI `refusal`, Anthropic `stop_reason: refusal`), with its words | `Refused` | definite |
 //! | timeout after the request left                  | `Timeout`     | unknown  |

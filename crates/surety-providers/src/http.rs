@@ -12,11 +12,22 @@ use crate::secret::Secret;
 /// The most of a server's error body kept in a message.
 const MAX_MESSAGE: usize = 1000;
 
+/// The most bytes of a response read when the configuration says nothing.
+pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
+
 #[derive(Debug, Clone)]
 pub(crate) struct HttpClient {
     client: reqwest::Client,
     provider: String,
     secret: Option<Secret>,
+    /// The most bytes of a response body read; past it the call fails.
+    max_body: usize,
+}
+
+/// Why a body was not read whole.
+enum BodyError {
+    Transport(reqwest::Error),
+    TooLarge { limit: usize },
 }
 
 /// A 2xx answer, parsed.
@@ -37,6 +48,10 @@ impl HttpClient {
             config.request_timeout,
             key,
         )
+        .map(|client| HttpClient {
+            max_body: config.max_response_bytes,
+            ..client
+        })
         .map_err(|e| {
             crate::ConfigError::at(
                 format!("providers.{}", config.id),
@@ -60,6 +75,7 @@ impl HttpClient {
             client,
             provider: provider.to_owned(),
             secret,
+            max_body: DEFAULT_MAX_BODY,
         })
     }
 
@@ -102,12 +118,17 @@ impl HttpClient {
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
-        let body = response.bytes().await;
+        let body = read_capped(response, self.max_body).await;
         let latency = started.elapsed();
         if let Some(kind) = classify_status(status) {
             let text = match &body {
                 Ok(bytes) => server_message(bytes),
-                Err(e) => format!("(the error body could not be read: {e})"),
+                Err(BodyError::Transport(e)) => {
+                    format!("(the error body could not be read: {e})")
+                }
+                Err(BodyError::TooLarge { limit }) => {
+                    format!("(the error body was longer than {limit} bytes)")
+                }
             };
             return Err(ProviderError {
                 provider: self.provider.clone(),
@@ -121,7 +142,21 @@ impl HttpClient {
                 message: self.scrub(&text),
             });
         }
-        let bytes = body.map_err(|e| self.transport_error(&e))?;
+        let bytes = body.map_err(|e| match e {
+            BodyError::Transport(e) => self.transport_error(&e),
+            // The provider answered, and its answer cannot be used: a bad response.
+            BodyError::TooLarge { limit } => {
+                let mut error = ProviderError::new(
+                    &self.provider,
+                    FailureKind::BadResponse,
+                    format!(
+                        "the response was longer than max_response_bytes ({limit} bytes); it was not read further"
+                    ),
+                );
+                error.status = Some(status);
+                error
+            }
+        })?;
         let body = serde_json::from_slice(&bytes).map_err(|e| {
             let mut error = ProviderError::new(
                 &self.provider,
@@ -205,6 +240,29 @@ impl HttpClient {
             self.scrub(&message.into()),
         )
     }
+}
+
+/// A response's body, read chunk by chunk and given up on past `limit`
+/// bytes (a declared Content-Length past it is refused before reading), so
+/// no answer can make the router hold more than `limit` of it.
+async fn read_capped(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<bytes::Bytes, BodyError> {
+    if response
+        .content_length()
+        .is_some_and(|declared| declared > limit as u64)
+    {
+        return Err(BodyError::TooLarge { limit });
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
+        if body.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
