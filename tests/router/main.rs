@@ -21,6 +21,7 @@ surety_tests::both_engines!(scenarios:
     clients_that_go_away_never_strand_a_job,
     the_http_edge_answers_in_problem_details,
     the_openapi_document_is_the_router,
+    an_owner_flooding_is_held_to_its_limits,
 );
 
 mod certified_is_served {

@@ -798,3 +798,74 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
         "bearer"
     );
 }
+
+/// One owner flooding is held to its limits (429 with Retry-After) while
+/// another owner's requests still succeed.
+pub async fn an_owner_flooding_is_held_to_its_limits(db: &TestDb) {
+    let fake = FakeProvider::start(
+        Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
+            .rule_with_latency(
+                When::Always,
+                Behavior::Reply(json!({"language": "english"}).to_string()),
+                Latency::FixedMs(400),
+            ),
+    )
+    .await
+    .unwrap();
+    let router = std::sync::Arc::new(
+        Router::one_route(
+            db,
+            &fake,
+            "owner_max_in_flight = 2\nowner_requests_per_second = 50\nowner_burst = 8",
+        )
+        .await,
+    );
+    // acme sends 8 requests at once, each waiting for its answer.
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let router = router.clone();
+        flood.spawn(async move {
+            router
+                .create(
+                    ACME,
+                    &format!("flood-{i}"),
+                    &detect(&format!("Hello {i}")),
+                    Some(5),
+                )
+                .await
+        });
+    }
+    // Meanwhile globex is served.
+    let (status, _, job) = router
+        .create(GLOBEX, "calm-1", &detect("Hello there"), Some(5))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "another owner is served: {job}"
+    );
+    let answers = flood.join_all().await;
+    let limited: Vec<_> = answers
+        .iter()
+        .filter(|(s, _, _)| *s == StatusCode::TOO_MANY_REQUESTS)
+        .collect();
+    assert!(
+        limited.len() >= 4,
+        "at most 2 of acme's 8 requests are in flight at once: {:?}",
+        answers.iter().map(|(s, _, _)| *s).collect::<Vec<_>>()
+    );
+    for (_, headers, problem) in &limited {
+        assert_eq!(headers["retry-after"], "1");
+        assert_eq!(problem["type"], "https://surety.dev/problems/rate-limited");
+    }
+    // The rate: a burst of 8, then refusals until the bucket refills.
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        statuses.push(router.get(ACME, "/v1/providers").await.0);
+    }
+    assert!(
+        statuses.contains(&StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    assert!(router.metric("surety_rate_limited_total").await >= 4.0);
+}

@@ -182,6 +182,7 @@ fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
         (status = 202, description = "A new job, still running after `Prefer: wait`", body = JobView),
         (status = 400, description = "A missing or malformed key, or a body that is not the contract's input", body = ProblemView, content_type = "application/problem+json"),
         (status = 401, description = "No or an unknown API key", body = ProblemView, content_type = "application/problem+json"),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = ProblemView, content_type = "application/problem+json"),
         (status = 409, description = "The key names a job with a different request", body = ProblemView, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = ProblemView, content_type = "application/problem+json"),
         (status = 415, description = "The body is not application/json", body = ProblemView, content_type = "application/problem+json"),
@@ -192,7 +193,7 @@ fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
 )]
 async fn create_job(
     State(state): State<AppState>,
-    Caller(key): Caller,
+    Caller(key, _admitted): Caller,
     headers: HeaderMap,
     JsonObject(request): JsonObject<CreateJob>,
 ) -> Result<Response, ApiError> {
@@ -252,12 +253,13 @@ async fn create_job(
     responses(
         (status = 200, description = "The job", body = JobView),
         (status = 401, description = "No or an unknown API key", body = ProblemView, content_type = "application/problem+json"),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = ProblemView, content_type = "application/problem+json"),
         (status = 404, description = "No such job of this owner", body = ProblemView, content_type = "application/problem+json"),
     )
 )]
 async fn get_job(
     State(state): State<AppState>,
-    Caller(key): Caller,
+    Caller(key, _admitted): Caller,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<JobView>, ApiError> {
     Ok(Json(
@@ -274,12 +276,13 @@ async fn get_job(
     responses(
         (status = 200, description = "The job's attempts", body = AttemptList),
         (status = 401, description = "No or an unknown API key", body = ProblemView, content_type = "application/problem+json"),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = ProblemView, content_type = "application/problem+json"),
         (status = 404, description = "No such job of this owner", body = ProblemView, content_type = "application/problem+json"),
     )
 )]
 async fn get_attempts(
     State(state): State<AppState>,
-    Caller(key): Caller,
+    Caller(key, _admitted): Caller,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<AttemptList>, ApiError> {
     let attempts = state
@@ -300,6 +303,7 @@ async fn get_attempts(
         (status = 202, description = "A new attempt started", body = JobView),
         (status = 400, description = "The job's input no longer fits its contract", body = ProblemView, content_type = "application/problem+json"),
         (status = 401, description = "No or an unknown API key", body = ProblemView, content_type = "application/problem+json"),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = ProblemView, content_type = "application/problem+json"),
         (status = 404, description = "No such job of this owner", body = ProblemView, content_type = "application/problem+json"),
         (status = 409, description = "An attempt is still open, or the job is settled", body = ProblemView, content_type = "application/problem+json"),
         (status = 503, description = "No provider of the route is certified for its contract now", body = ProblemView, content_type = "application/problem+json"),
@@ -307,7 +311,7 @@ async fn get_attempts(
 )]
 async fn retry(
     State(state): State<AppState>,
-    Caller(key): Caller,
+    Caller(key, _admitted): Caller,
     PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     let owner = OwnerId(key.owner);
@@ -370,6 +374,7 @@ async fn retry(
         (status = 200, description = "The attempt is cancelled", body = JobView),
         (status = 400, description = "A path that does not fit", body = ProblemView, content_type = "application/problem+json"),
         (status = 401, description = "No or an unknown API key", body = ProblemView, content_type = "application/problem+json"),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = ProblemView, content_type = "application/problem+json"),
         (status = 403, description = "Not an admin key", body = ProblemView, content_type = "application/problem+json"),
         (status = 404, description = "No such job or attempt of this owner", body = ProblemView, content_type = "application/problem+json"),
         (status = 409, description = "The attempt is not open", body = ProblemView, content_type = "application/problem+json"),
@@ -377,7 +382,7 @@ async fn retry(
 )]
 async fn cancel(
     State(state): State<AppState>,
-    Caller(key): Caller,
+    Caller(key, _admitted): Caller,
     PathParams((id, n)): PathParams<(String, i64)>,
 ) -> Result<Json<JobView>, ApiError> {
     if !key.admin {
@@ -417,6 +422,7 @@ async fn cancel(
     responses(
         (status = 200, description = "Providers and routes", body = ProviderList),
         (status = 401, description = "No or an unknown API key", body = ProblemView, content_type = "application/problem+json"),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = ProblemView, content_type = "application/problem+json"),
     )
 )]
 async fn providers(State(state): State<AppState>, _caller: Caller) -> Json<ProviderList> {

@@ -32,6 +32,9 @@ struct RawServer {
     attempt_timeout_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     allow_keyless_chat: Option<bool>,
+    owner_requests_per_second: Option<u32>,
+    owner_burst: Option<u32>,
+    owner_max_in_flight: Option<u32>,
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
@@ -109,6 +112,10 @@ pub struct RouterConfig {
     /// `/v1/chat/completions` takes requests without an Idempotency-Key as
     /// one-off jobs (no deduplication), instead of refusing them.
     pub allow_keyless_chat: bool,
+    /// Each owner's sustained requests per second and burst.
+    pub owner_rate: Option<(std::num::NonZeroU32, std::num::NonZeroU32)>,
+    /// Each owner's requests in flight at most.
+    pub owner_max_in_flight: Option<std::num::NonZeroU32>,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -227,6 +234,31 @@ impl RouterConfig {
                 60_000,
             )?,
             allow_keyless_chat: raw.server.allow_keyless_chat.unwrap_or(false),
+            owner_rate: match (raw.server.owner_requests_per_second, raw.server.owner_burst) {
+                (None, None) => None,
+                (Some(rate), burst) => {
+                    let positive = |path: &str, n: u32| {
+                        std::num::NonZeroU32::new(n)
+                            .ok_or_else(|| ConfigError::at(path, "must be at least 1"))
+                    };
+                    Some((
+                        positive("server.owner_requests_per_second", rate)?,
+                        positive("server.owner_burst", burst.unwrap_or(rate))?,
+                    ))
+                }
+                (None, Some(_)) => {
+                    return Err(ConfigError::at(
+                        "server.owner_burst",
+                        "needs `owner_requests_per_second`",
+                    ));
+                }
+            },
+            owner_max_in_flight: match raw.server.owner_max_in_flight {
+                None => None,
+                Some(n) => Some(std::num::NonZeroU32::new(n).ok_or_else(|| {
+                    ConfigError::at("server.owner_max_in_flight", "must be at least 1")
+                })?),
+            },
             shutdown_grace: ms(
                 "server.shutdown_grace_ms",
                 raw.server.shutdown_grace_ms,

@@ -15,6 +15,7 @@ pub enum Problem {
     PayloadTooLarge,
     MethodNotAllowed,
     HeadersTooLarge,
+    RateLimited,
     UnknownRoute,
     NotFound,
     IdempotencyConflict,
@@ -37,6 +38,7 @@ impl Problem {
             Problem::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Problem::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Problem::UnknownRoute => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::NotFound => StatusCode::NOT_FOUND,
             Problem::IdempotencyConflict
@@ -59,6 +61,7 @@ impl Problem {
             Problem::UnsupportedMediaType => "unsupported-media-type",
             Problem::MethodNotAllowed => "method-not-allowed",
             Problem::HeadersTooLarge => "headers-too-large",
+            Problem::RateLimited => "rate-limited",
             Problem::UnknownRoute => "unknown-route",
             Problem::NotFound => "not-found",
             Problem::IdempotencyConflict => "idempotency-conflict",
@@ -81,6 +84,7 @@ impl Problem {
             Problem::UnsupportedMediaType => "The request body must be application/json",
             Problem::MethodNotAllowed => "This endpoint does not take that method",
             Problem::HeadersTooLarge => "The request's headers are too large",
+            Problem::RateLimited => "Too many requests from this owner",
             Problem::UnknownRoute => "No such route",
             Problem::NotFound => "Not found",
             Problem::IdempotencyConflict => "This Idempotency-Key was used for a different request",
@@ -103,6 +107,8 @@ impl Problem {
 pub struct ApiError {
     pub problem: Problem,
     pub detail: String,
+    /// `Retry-After`, in seconds, where waiting helps.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -110,6 +116,7 @@ impl ApiError {
         ApiError {
             problem,
             detail: detail.into(),
+            retry_after: None,
         }
     }
 
@@ -136,6 +143,11 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         if self.problem == Problem::Unauthorized {
             response
                 .headers_mut()

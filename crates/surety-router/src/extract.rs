@@ -17,15 +17,75 @@ use crate::AppState;
 use crate::config::ApiKey;
 use crate::error::{ApiError, Problem};
 
-/// The authenticated caller.
-#[derive(Debug, Clone)]
-pub struct Caller(pub ApiKey);
+/// The authenticated caller, admitted within its owner's limits; the
+/// admission is held until the handler returns (it counts the owner's
+/// requests in flight).
+#[derive(Debug)]
+pub struct Caller(pub ApiKey, pub Admitted);
+
+/// A request admitted within its owner's rate and concurrency limits.
+#[derive(Debug)]
+pub struct Admitted(
+    #[expect(
+        dead_code,
+        reason = "held, not read: dropping it frees the owner's slot"
+    )]
+    Option<tokio::sync::OwnedSemaphorePermit>,
+);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        authenticate(state, &parts.headers).map(Caller)
+        let key = authenticate(state, &parts.headers)?;
+        let admitted = admit(state, &key.owner)?;
+        Ok(Caller(key, admitted))
+    }
+}
+
+/// Holds one owner to the configured rate (`owner_requests_per_second`,
+/// `owner_burst`) and requests in flight (`owner_max_in_flight`): past
+/// either, a 429 with `Retry-After`, and other owners are not touched.
+fn admit(state: &AppState, owner: &str) -> Result<Admitted, ApiError> {
+    let limits = &state.inner.limits;
+    if let Some(rate) = &limits.rate
+        && let Err(not_until) = rate.check_key(&owner.to_owned())
+    {
+        let wait = not_until.wait_time_from(governor::clock::Clock::now(
+            &governor::clock::DefaultClock::default(),
+        ));
+        state.inner.metrics.rate_limited.inc();
+        return Err(ApiError {
+            retry_after: Some(wait.as_secs_f64().ceil().max(1.0) as u64),
+            ..ApiError::new(
+                Problem::RateLimited,
+                format!("owner `{owner}` is over its rate of requests; wait and ask again"),
+            )
+        });
+    }
+    let Some((most, in_flight)) = &limits.in_flight else {
+        return Ok(Admitted(None));
+    };
+    let gate = in_flight
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(owner.to_owned())
+        .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(*most)))
+        .clone();
+    match gate.try_acquire_owned() {
+        Ok(permit) => Ok(Admitted(Some(permit))),
+        Err(_) => {
+            state.inner.metrics.rate_limited.inc();
+            Err(ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    Problem::RateLimited,
+                    format!(
+                        "owner `{owner}` has {most} requests in flight, its limit; wait for one to finish"
+                    ),
+                )
+            })
+        }
     }
 }
 

@@ -166,6 +166,7 @@ impl From<ApiError> for OpenAiError {
             Problem::NoCertifiedProvider => {
                 ("server_error", "no_certified_provider", None, Some(false))
             }
+            Problem::RateLimited => ("rate_limit_error", "rate_limit_exceeded", None, Some(true)),
             Problem::Internal => ("server_error", "internal_error", None, None),
         };
         OpenAiError {
@@ -175,7 +176,7 @@ impl From<ApiError> for OpenAiError {
             param: param.map(str::to_owned),
             message: error.detail,
             should_retry,
-            retry_after: None,
+            retry_after: error.retry_after,
         }
     }
 }
@@ -233,6 +234,7 @@ pub async fn models(State(state): State<AppState>, caller: Result<Caller, ApiErr
         (status = 415, description = "The body is not application/json", body = OpenAiErrorView),
         (status = 422, description = "No such route", body = OpenAiErrorView),
         (status = 431, description = "The headers are too large", body = OpenAiErrorView),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = OpenAiErrorView),
         (status = 502, description = "Every certified provider failed", body = OpenAiErrorView),
         (status = 503, description = "No provider of the route is certified now", body = OpenAiErrorView),
         (status = 504, description = "The job is still running, or unknown", body = OpenAiErrorView),
@@ -263,7 +265,7 @@ async fn chat(
     headers: &HeaderMap,
     body: Result<JsonObject<Value>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    let Caller(key) = caller?;
+    let Caller(key, _admitted) = caller?;
     let JsonObject(body) = body?;
     let Some(request) = body.as_object() else {
         return Err(OpenAiError::bad_request(

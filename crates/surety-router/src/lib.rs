@@ -60,6 +60,8 @@ pub struct Inner {
     pub attempt_timeout: Duration,
     pub shutdown_grace: Duration,
     pub allow_keyless_chat: bool,
+    /// Per-owner limits on rate and requests in flight.
+    pub limits: Limits,
     /// The attempts this router is calling a provider for right now: what a
     /// shutdown marks `unknown` when its grace period runs out.
     pub in_flight: std::sync::Mutex<BTreeMap<(String, i64), surety_store::AttemptHandle>>,
@@ -88,6 +90,30 @@ pub struct ServedContract {
     pub contract: Arc<Contract>,
     pub prompt_digest: String,
     pub user_template: Result<UserTemplate, String>,
+}
+
+/// Per-owner limits: a keyed rate limiter (GCRA), and a semaphore per
+/// owner counting its requests in flight.
+#[derive(Debug, Default)]
+pub struct Limits {
+    pub rate: Option<governor::DefaultKeyedRateLimiter<String>>,
+    /// The most requests in flight per owner, and each owner's gate.
+    pub in_flight: Option<(usize, Gates)>,
+}
+
+/// A semaphore per owner, made on its first request.
+pub type Gates = std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>;
+
+impl Limits {
+    fn from_config(config: &RouterConfig) -> Limits {
+        let rate = config.owner_rate.map(|(per_second, burst)| {
+            governor::RateLimiter::keyed(governor::Quota::per_second(per_second).allow_burst(burst))
+        });
+        let in_flight = config
+            .owner_max_in_flight
+            .map(|most| (most.get() as usize, std::sync::Mutex::default()));
+        Limits { rate, in_flight }
+    }
 }
 
 /// An answer from a model id the provider's certificate did not see.
@@ -251,6 +277,7 @@ impl AppState {
                 attempt_timeout: config.attempt_timeout,
                 shutdown_grace: config.shutdown_grace,
                 allow_keyless_chat: config.allow_keyless_chat,
+                limits: Limits::from_config(config),
                 in_flight: std::sync::Mutex::default(),
                 late_result_window: config.late_result_window,
                 lease: config.lease,

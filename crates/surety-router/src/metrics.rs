@@ -11,6 +11,7 @@ pub struct Metrics {
     pub jobs_created: IntCounter,
     pub replays: IntCounter,
     pub conflicts: IntCounter,
+    pub rate_limited: IntCounter,
     pub attempts: IntCounterVec,
     pub model_drift: IntCounterVec,
     pub tokens: IntCounterVec,
@@ -71,6 +72,10 @@ impl Metrics {
             conflicts: counter(
                 "surety_idempotency_conflicts_total",
                 "Same key, different intent",
+            )?,
+            rate_limited: counter(
+                "surety_rate_limited_total",
+                "Requests refused for their owner's rate or concurrency limit",
             )?,
             attempts,
             model_drift,
