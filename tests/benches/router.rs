@@ -79,16 +79,26 @@ async fn run() {
         "{:<9} {:<14} {:>10} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10}",
         "engine", "load", "router/s", "p50", "p99", "direct/s", "p50", "p99", "added p99"
     );
-    for engine in [Engine::Sqlite, Engine::Postgres] {
-        if !chosen("SURETY_BENCH_ENGINES", engine_name(engine)) {
+    // SQLite twice: as shipped (synchronous = NORMAL) and with an fsync per
+    // commit, so the durability setting's cost is measured in the same run.
+    let engines = [
+        (Engine::Sqlite, "sqlite", ""),
+        (
+            Engine::Sqlite,
+            "sqlite-full",
+            "sqlite_synchronous = \"full\"\n",
+        ),
+        (Engine::Postgres, "postgres", ""),
+    ];
+    for (engine, name, server) in engines {
+        if !chosen("SURETY_BENCH_ENGINES", name) {
             continue;
         }
         let Some(db) = TestDb::new(engine).await else {
             continue;
         };
         let dir = tempfile::tempdir().unwrap();
-        let (mut router, base) = start_router(&bin, &repo, &db, &fake, dir.path()).await;
-        let name = engine_name(engine);
+        let (mut router, base) = start_router(&bin, &repo, &db, &fake, dir.path(), server).await;
         let counter = Arc::new(AtomicU64::new(0));
         let mut loads: Vec<(String, Load)> = CLIENTS
             .iter()
@@ -172,13 +182,6 @@ async fn durable_commits(db: &TestDb, n: usize) -> Sample {
     }
 }
 
-fn engine_name(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Sqlite => "sqlite",
-        Engine::Postgres => "postgres",
-    }
-}
-
 /// Whether `item` is in the comma-separated list in `var` (all when unset),
 /// e.g. `SURETY_BENCH_ENGINES=sqlite SURETY_BENCH_CELLS="open 500/s"`.
 fn chosen(var: &str, item: &str) -> bool {
@@ -191,13 +194,14 @@ async fn start_router(
     db: &TestDb,
     fake: &FakeProvider,
     dir: &Path,
+    server: &str,
 ) -> (tokio::process::Child, String) {
     let contract =
         surety_contracts::Contract::load(&repo.join("contracts/language-detect")).unwrap();
     let now = time::OffsetDateTime::now_utc();
     let mut manifest = surety_manifest::Manifest::new(now);
     let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\
          [[api_keys]]\nowner = \"bench\"\nsha256 = \"{}\"\n\
          [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake\"\ncontext_window = 16000\n\
          [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake\"]\n",

@@ -35,6 +35,7 @@ struct RawServer {
     owner_requests_per_second: Option<u32>,
     owner_burst: Option<u32>,
     owner_max_in_flight: Option<u32>,
+    sqlite_synchronous: Option<String>,
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
@@ -116,6 +117,8 @@ pub struct RouterConfig {
     pub owner_rate: Option<(std::num::NonZeroU32, std::num::NonZeroU32)>,
     /// Each owner's requests in flight at most.
     pub owner_max_in_flight: Option<std::num::NonZeroU32>,
+    /// SQLite: `normal` (the default) or `full` (an fsync per commit).
+    pub sqlite_synchronous: surety_store::SqliteSync,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -253,6 +256,16 @@ impl RouterConfig {
                     ));
                 }
             },
+            sqlite_synchronous: match raw.server.sqlite_synchronous.as_deref() {
+                None | Some("normal") => surety_store::SqliteSync::Normal,
+                Some("full") => surety_store::SqliteSync::Full,
+                Some(other) => {
+                    return Err(ConfigError::at(
+                        "server.sqlite_synchronous",
+                        format!("`{other}` is not `normal` or `full`"),
+                    ));
+                }
+            },
             owner_max_in_flight: match raw.server.owner_max_in_flight {
                 None => None,
                 Some(n) => Some(std::num::NonZeroU32::new(n).ok_or_else(|| {
@@ -340,6 +353,11 @@ providers = ["fake"]
                 "`server.lease_ms`",
             ),
             ("sha256 = \"9f86", "sha256 = \"zz86", "`api_keys[0].sha256`"),
+            (
+                "manifest = ",
+                "sqlite_synchronous = \"sometimes\"\nmanifest = ",
+                "`server.sqlite_synchronous`",
+            ),
             ("owner = \"acme\"", "owner = \"\"", "`api_keys[0].owner`"),
             (
                 "providers = [\"fake\"]",

@@ -192,6 +192,7 @@ impl AppState {
         use anyhow::Context;
         let mut options = StoreOptions::new(&config.database);
         options.max_connections = config.database_connections;
+        options.sqlite_synchronous = config.sqlite_synchronous;
         let store = Store::open_with(&options)
             .await
             .context("opening the database")?;

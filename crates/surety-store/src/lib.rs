@@ -25,7 +25,7 @@ pub use model::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome,
     OwnerId, Race, Slot, StartAttempt,
 };
-pub use store::{Backend, Store, StoreOptions};
+pub use store::{Backend, SqliteSync, Store, StoreOptions};
 
 /// The statements, for the benchmark's raw-driver baseline only.
 #[doc(hidden)]

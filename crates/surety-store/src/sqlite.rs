@@ -31,6 +31,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
+use crate::SqliteSync;
 use crate::StoreError;
 use crate::conn::Lite;
 
@@ -154,20 +155,23 @@ impl std::fmt::Debug for Msg {
 
 impl Sqlite {
     /// Opens (creating) the file at `url` (`sqlite:path`, `sqlite://path`,
-    /// with or without `?mode=...`), migrates it, and starts the writer.
-    pub(crate) fn open(
+    /// with or without `?mode=...`), migrates it, and starts the writer, with `synchronous` as `sync`
+    /// says.
+    pub(crate) fn open_synchronous(
         url: &str,
         max_readers: usize,
         busy_timeout: Duration,
+        sync: SqliteSync,
     ) -> Result<Arc<Sqlite>, StoreError> {
         let checkpoints = Checkpoints {
             every: CHECKPOINT_EVERY,
             wal_limit: WAL_LIMIT_BYTES,
+            sync,
         };
         Sqlite::open_with(url, max_readers, busy_timeout, checkpoints)
     }
 
-    /// As [`Sqlite::open`], with checkpoints as `checkpoints` says.
+    /// As [`Sqlite::open_synchronous`], with checkpoints as `checkpoints` says.
     pub(crate) fn open_with(
         url: &str,
         max_readers: usize,
@@ -176,6 +180,7 @@ impl Sqlite {
     ) -> Result<Arc<Sqlite>, StoreError> {
         let path = sqlite_path(url)?;
         let conn = connect(&path, busy_timeout)?;
+        conn.pragma_update(None, "synchronous", checkpoints.sync.pragma())?;
         migrate(&conn)?;
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.pragma_update(None, "journal_size_limit", checkpoints.wal_limit)?;
@@ -400,12 +405,14 @@ fn checkpoint_loop(
     }
 }
 
-/// How the checkpointer works: at most every `every`; past `wal_limit`
-/// bytes of WAL, a restarting checkpoint.
+/// How the store writes: checkpoints at most every `every`; past
+/// `wal_limit` bytes of WAL, a restarting checkpoint; the writer's
+/// `synchronous`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Checkpoints {
     pub every: Duration,
     pub wal_limit: i64,
+    pub sync: SqliteSync,
 }
 
 fn write_loop(shared: &Shared, queue: &mpsc::Receiver<Msg>) {
@@ -527,6 +534,7 @@ mod tests {
         let checkpoints = Checkpoints {
             every: Duration::from_millis(2),
             wal_limit: limit,
+            sync: SqliteSync::Normal,
         };
         let lite = Sqlite::open_with(&url, 2, Duration::from_secs(5), checkpoints).unwrap();
         lite.write(|c| Ok(c.0.execute_batch("CREATE TABLE t (x BLOB NOT NULL)")?))
@@ -556,6 +564,24 @@ mod tests {
         stop.store(true, Ordering::Release);
         reader.join().unwrap();
         peak
+    }
+
+    #[test]
+    fn the_writer_syncs_as_configured() {
+        let dir = tempfile::tempdir().unwrap();
+        for (sync, expected) in [(SqliteSync::Normal, 1), (SqliteSync::Full, 2)] {
+            let url = format!(
+                "sqlite:{}",
+                dir.path().join(format!("{expected}.db")).display()
+            );
+            let lite = Sqlite::open_synchronous(&url, 1, Duration::from_secs(1), sync).unwrap();
+            let level: i64 = lite
+                .shared
+                .conn()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(level, expected, "{sync:?}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,7 +627,8 @@ mod tests {
     async fn writes_queue_while_the_connection_is_busy_and_commit_together() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("q.db").display());
-        let lite = Sqlite::open(&url, 2, Duration::from_secs(1)).unwrap();
+        let lite =
+            Sqlite::open_synchronous(&url, 2, Duration::from_secs(1), SqliteSync::Normal).unwrap();
         lite.write(|c| Ok(c.0.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")?))
             .await
             .unwrap();

@@ -47,6 +47,30 @@ pub struct StoreOptions {
     /// How long a write waits for SQLite's lock (held by another process)
     /// before failing.
     pub busy_timeout: Duration,
+    /// SQLite: whether each commit is fsynced (`Full`) or only each
+    /// checkpoint (`Normal`, the default: a crash of the process loses
+    /// nothing acknowledged, a power loss may lose the last commits).
+    pub sqlite_synchronous: SqliteSync,
+}
+
+/// SQLite's `synchronous` in WAL mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    /// Durable across a process crash; the last commits may be lost to a
+    /// power loss or an OS crash.
+    #[default]
+    Normal,
+    /// Every commit is fsynced: durable across a power loss too.
+    Full,
+}
+
+impl SqliteSync {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Normal => "NORMAL",
+            SqliteSync::Full => "FULL",
+        }
+    }
 }
 
 impl StoreOptions {
@@ -55,6 +79,7 @@ impl StoreOptions {
             url: url.into(),
             max_connections: 8,
             busy_timeout: Duration::from_secs(5),
+            sqlite_synchronous: SqliteSync::Normal,
         }
     }
 }
@@ -141,9 +166,10 @@ impl Store {
         let (engine, backend) = match scheme {
             "sqlite" => {
                 let (url, timeout) = (options.url.clone(), options.busy_timeout);
+                let sync = options.sqlite_synchronous;
                 // Opening and migrating a file blocks; keep it off the runtime.
                 let lite = tokio::task::spawn_blocking(move || {
-                    Sqlite::open(&url, connections as usize, timeout)
+                    Sqlite::open_synchronous(&url, connections as usize, timeout, sync)
                 })
                 .await
                 .map_err(|e| StoreError::NotCommitted(format!("opening SQLite: {e}")))??;
