@@ -123,22 +123,28 @@ async fn client_errors_are_definite_and_keep_the_servers_message() {
     }
 }
 
+/// 429, and 503 when it says when: definite, with the Retry-After kept.
 #[tokio::test]
-async fn rate_limit_is_definite_and_keeps_retry_after() {
-    let behavior = Behavior::Status {
-        status: 429,
-        body: error_body("rate_limit_error", "slow down"),
-        retry_after: Some("7".into()),
-    };
-    for kind in kinds() {
-        let (error, _) = fail_with(kind, behavior.clone(), "").await;
-        check(
-            &error,
-            FailureKind::RateLimited,
-            FailureClass::Definite,
-            Some(429),
-        );
-        assert_eq!(error.retry_after, Some(Duration::from_secs(7)), "{kind}");
+async fn rate_limits_and_unavailable_keep_their_retry_after() {
+    let cases = [
+        (429, "rate_limit_error", FailureKind::RateLimited, 7),
+        (503, "overloaded", FailureKind::ServerError, 2),
+    ];
+    for (status, error_type, failure, seconds) in cases {
+        let behavior = Behavior::Status {
+            status,
+            body: error_body(error_type, "slow down"),
+            retry_after: Some(seconds.to_string()),
+        };
+        for kind in kinds() {
+            let (error, _) = fail_with(kind, behavior.clone(), "").await;
+            check(&error, failure, FailureClass::Definite, Some(status));
+            assert_eq!(
+                error.retry_after,
+                Some(Duration::from_secs(seconds)),
+                "{kind} {status}"
+            );
+        }
     }
 }
 
@@ -163,25 +169,6 @@ async fn a_server_that_answers_it_failed_is_definite() {
                 "{kind}: {error}"
             );
         }
-    }
-}
-
-#[tokio::test]
-async fn a_503_keeps_its_retry_after() {
-    let behavior = Behavior::Status {
-        status: 503,
-        body: error_body("overloaded", "try again soon"),
-        retry_after: Some("2".into()),
-    };
-    for kind in kinds() {
-        let (error, _) = fail_with(kind, behavior.clone(), "").await;
-        check(
-            &error,
-            FailureKind::ServerError,
-            FailureClass::Definite,
-            Some(503),
-        );
-        assert_eq!(error.retry_after, Some(Duration::from_secs(2)), "{kind}");
     }
 }
 
