@@ -79,13 +79,17 @@ impl Checked {
 
     /// Every violation, one line: `schema at /x: ...; rule: ... at /y: ...`.
     pub fn describe(&self) -> String {
-        self.steps
-            .iter()
-            .flat_map(|s| &s.violations)
-            .map(describe)
-            .collect::<Vec<_>>()
-            .join("; ")
+        describe_all(self.steps.iter().flat_map(|s| &s.violations))
     }
+}
+
+/// Violations as one line, `; `-separated.
+pub fn describe_all<'a>(violations: impl IntoIterator<Item = &'a Violation>) -> String {
+    violations
+        .into_iter()
+        .map(describe)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// One violation as a phrase.

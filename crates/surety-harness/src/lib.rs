@@ -521,14 +521,7 @@ impl Certification {
 fn verdict(name: &'static str, found: &[surety_contracts::Violation]) -> Check {
     match found.is_empty() {
         true => Check::pass(name),
-        false => Check::fail(
-            name,
-            found
-                .iter()
-                .map(surety_exchange::describe)
-                .collect::<Vec<_>>()
-                .join("; "),
-        ),
+        false => Check::fail(name, surety_exchange::describe_all(found)),
     }
 }
 

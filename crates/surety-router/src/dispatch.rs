@@ -314,7 +314,7 @@ struct InFlight {
 impl InFlight {
     fn enter(state: &AppState, handle: &AttemptHandle) -> InFlight {
         let key = (handle.job_id.0.clone(), handle.ordinal);
-        lock(state).insert(key.clone(), handle.clone());
+        state.inner.in_flight().insert(key.clone(), handle.clone());
         InFlight {
             state: state.clone(),
             key,
@@ -324,18 +324,8 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        lock(&self.state).remove(&self.key);
+        self.state.inner.in_flight().remove(&self.key);
     }
-}
-
-fn lock(
-    state: &AppState,
-) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<(String, i64), AttemptHandle>> {
-    state
-        .inner
-        .in_flight
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How the provider answered, kept with the job: its usage, its finish

@@ -33,6 +33,7 @@ use crate::views::{
     ChatCompletionDoc, ChatRequestDoc, ChunkEventDoc, ModelList, ModelView, OpenAiErrorDetail,
     OpenAiErrorView,
 };
+use crate::views::{UsageView, finish_reason};
 use crate::{AppState, ServedContract};
 
 /// Says on every facade answer whether its prompt was certified
@@ -648,22 +649,14 @@ struct Completion {
 
 impl Completion {
     fn of(job: &Job, result: &Value) -> Completion {
-        let recorded = job.completion.as_ref();
-        let tokens = |kind: &str| {
-            recorded
-                .and_then(|c| c["usage"][kind].as_u64())
-                .unwrap_or(0)
-        };
-        let (prompt, completion) = (tokens("prompt_tokens"), tokens("completion_tokens"));
+        let usage = UsageView::of(job).unwrap_or_default();
+        let (prompt, completion) = (usage.prompt_tokens, usage.completion_tokens);
         Completion {
             id: format!("chatcmpl-{}", job.id),
             created: job.created_at_ms / 1000,
             model: job.route.clone(),
             content: result.to_string(),
-            finish_reason: recorded
-                .map(|c| c["finish_reason"].clone())
-                .filter(|f| f.is_string())
-                .unwrap_or_else(|| json!("stop")),
+            finish_reason: json!(finish_reason(job).unwrap_or_else(|| "stop".to_owned())),
             usage: json!({
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,

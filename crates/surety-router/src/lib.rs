@@ -72,6 +72,17 @@ pub struct Inner {
     pub settled: Arc<Settled>,
 }
 
+impl Inner {
+    /// The attempts waiting on a provider now, by job and ordinal.
+    pub fn in_flight(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, i64), surety_store::AttemptHandle>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// A provider as the router serves it: the adapter, its configuration, and
 /// the behaviour object a certificate of it must match.
 #[derive(Debug)]
@@ -176,13 +187,7 @@ pub async fn serve(
 impl AppState {
     /// The attempts this router is calling a provider for now.
     pub fn in_flight(&self) -> Vec<surety_store::AttemptHandle> {
-        self.inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
+        self.inner.in_flight().values().cloned().collect()
     }
 
     /// Builds the state from a validated configuration: opens the store,

@@ -50,7 +50,7 @@ pub struct JobView {
 }
 
 /// Tokens, as a provider counted them.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 pub struct UsageView {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -80,8 +80,6 @@ pub struct AttemptList {
 
 impl JobView {
     pub fn of(job: &Job, attempts: &[Attempt]) -> JobView {
-        let completion = job.completion.as_ref();
-        let tokens = |kind: &str| completion.and_then(|c| c["usage"][kind].as_u64());
         JobView {
             id: job.id.0.clone(),
             object: "job".to_owned(),
@@ -94,18 +92,28 @@ impl JobView {
             attempts: attempts.iter().map(AttemptView::of).collect(),
             result: job.result.clone(),
             completed_by: job.result.as_ref().and(job.completed_by),
-            usage: match (tokens("prompt_tokens"), tokens("completion_tokens")) {
-                (Some(prompt_tokens), Some(completion_tokens)) => Some(UsageView {
-                    prompt_tokens,
-                    completion_tokens,
-                }),
-                _ => None,
-            },
-            finish_reason: completion
-                .and_then(|c| c["finish_reason"].as_str())
-                .map(str::to_owned),
+            usage: UsageView::of(job),
+            finish_reason: finish_reason(job),
         }
     }
+}
+
+impl UsageView {
+    /// The winning call's tokens, as the job recorded them.
+    pub fn of(job: &Job) -> Option<UsageView> {
+        let usage = &job.completion.as_ref()?["usage"];
+        Some(UsageView {
+            prompt_tokens: usage["prompt_tokens"].as_u64()?,
+            completion_tokens: usage["completion_tokens"].as_u64()?,
+        })
+    }
+}
+
+/// Why the winning call stopped, in OpenAI's words, as the job recorded it.
+pub fn finish_reason(job: &Job) -> Option<String> {
+    job.completion.as_ref()?["finish_reason"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 impl AttemptView {
