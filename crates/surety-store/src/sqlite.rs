@@ -126,10 +126,17 @@ impl Shared {
         }
     }
 
-    fn commit(&self, conn: &Connection, batch: &mut Vec<Box<dyn Write>>) {
-        run_batch(conn, batch);
+    /// Commits `batch`, of which `queued` came through the writer's queue,
+    /// and answers every write in it.
+    fn commit(&self, conn: &Connection, batch: &mut Vec<Box<dyn Write>>, queued: usize) {
+        let outcome = run_batch(conn, batch);
         // One pending signal is enough: the checkpointer sees every commit so far.
         let _ = self.committed.try_send(());
+        // Counted until committed, so an in-place write never overtakes them;
+        // uncounted before anyone is answered, so an answered caller never
+        // sees its own write still queued.
+        self.queued.fetch_sub(queued, Ordering::AcqRel);
+        answer(batch, &outcome);
     }
 }
 
@@ -244,7 +251,7 @@ impl Sqlite {
         if self.shared.queued.load(Ordering::Acquire) == 0
             && let Some(conn) = self.shared.try_conn()
         {
-            self.shared.commit(&conn, &mut op);
+            self.shared.commit(&conn, &mut op, 0);
             drop(conn);
             return answer.try_recv().map_err(|_| StoreError::Closed)?;
         }
@@ -432,9 +439,7 @@ fn write_loop(shared: &Shared, queue: &mpsc::Receiver<Msg>) {
         }
         if !batch.is_empty() {
             let taken = batch.len();
-            shared.commit(&shared.conn(), &mut batch);
-            // Counted until answered, so an in-place write never overtakes them.
-            shared.queued.fetch_sub(taken, Ordering::AcqRel);
+            shared.commit(&shared.conn(), &mut batch, taken);
         }
         if let Some(done) = close {
             let _ = done.send(());
@@ -443,11 +448,12 @@ fn write_loop(shared: &Shared, queue: &mpsc::Receiver<Msg>) {
     }
 }
 
-/// One transaction for the whole batch, a savepoint for each operation.
-fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Write>>) {
+/// One transaction for the whole batch, a savepoint for each operation;
+/// the outcome is the transaction's, each operation keeps its own result.
+fn run_batch(conn: &Connection, batch: &mut [Box<dyn Write>]) -> Result<(), String> {
     let commit = (|| -> Result<(), rusqlite::Error> {
         conn.execute_batch("BEGIN IMMEDIATE")?;
-        if let [only] = batch.as_mut_slice() {
+        if let [only] = batch {
             return match only.run(conn) {
                 true => conn.execute_batch("COMMIT"),
                 false => conn.execute_batch("ROLLBACK"),
@@ -462,15 +468,19 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Box<dyn Write>>) {
         }
         conn.execute_batch("COMMIT")
     })();
-    let commit = commit.map_err(|e| {
+    commit.map_err(|e| {
         if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
         tracing::error!(error = %e, writes = batch.len(), "a SQLite write batch did not commit");
         e.to_string()
-    });
+    })
+}
+
+/// Answers every write of a batch with its result and the batch's outcome.
+fn answer(batch: &mut Vec<Box<dyn Write>>, outcome: &Result<(), String>) {
     for op in batch.drain(..) {
-        op.reply(commit.clone());
+        op.reply(outcome.clone());
     }
 }
 
@@ -505,7 +515,9 @@ mod tests {
         let (a, mut a_answer) = insert(1, false);
         let (b, mut b_answer) = insert(2, true);
         let (c, mut c_answer) = insert(3, false);
-        run_batch(&conn, &mut vec![a, b, c]);
+        let mut batch = vec![a, b, c];
+        let outcome = run_batch(&conn, &mut batch);
+        answer(&mut batch, &outcome);
         assert!(a_answer.try_recv().unwrap().is_ok());
         assert!(matches!(
             b_answer.try_recv().unwrap(),
@@ -610,7 +622,9 @@ mod tests {
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         let (a, mut a_answer) = insert(1, false);
         let (b, mut b_answer) = insert(2, false);
-        run_batch(&conn, &mut vec![a, b]);
+        let mut batch = vec![a, b];
+        let outcome = run_batch(&conn, &mut batch);
+        answer(&mut batch, &outcome);
         for answer in [a_answer.try_recv(), b_answer.try_recv()] {
             assert!(matches!(answer.unwrap(), Err(StoreError::NotCommitted(_))));
         }
