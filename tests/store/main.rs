@@ -26,4 +26,88 @@ surety_tests::both_engines!(scenarios:
     create_and_start_commits_the_job_and_its_first_attempt_together,
     a_refused_write_undoes_only_itself,
     a_cancel_committed_while_the_result_waits_makes_it_lose,
+    retention_prunes_settled_jobs_in_batches_and_never_an_open_one,
 );
+
+/// SQLite at the size the operator allows: new jobs are refused as `Full`
+/// and change nothing, every acknowledged job reads back intact, and room
+/// made by retention is used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_sqlite_refuses_new_jobs_loses_nothing_and_recovers_when_room_returns() {
+    use serde_json::json;
+    use surety_core::IdempotencyKey;
+    use surety_store::{
+        Created, NewJob, Outage, Outcome, OwnerId, Slot, StartAttempt, Store, StoreOptions,
+    };
+
+    let db = surety_tests::TestDb::new(surety_tests::Engine::Sqlite)
+        .await
+        .unwrap();
+    let mut options = StoreOptions::new(&db.url);
+    options.sqlite_max_bytes = Some(256 * 1024);
+    let store = Store::open_with(&options).await.unwrap();
+    let owner = OwnerId("acme".to_owned());
+    let job = |n: usize| NewJob {
+        owner: owner.clone(),
+        key: IdempotencyKey::parse(&format!("full-{n}")).unwrap(),
+        route: "triage".to_owned(),
+        contract: "support-triage".to_owned(),
+        contract_digest: "sha256:0000".to_owned(),
+        input: json!({"n": n, "text": "x".repeat(2000)}),
+        hedgeable: false,
+        fingerprint: None,
+    };
+    let start = StartAttempt {
+        provider: "openai".to_owned(),
+        slot: Slot::Primary,
+        lease: std::time::Duration::from_secs(60),
+    };
+    let mut acknowledged = Vec::new();
+    let refused = loop {
+        let n = acknowledged.len();
+        assert!(n < 1000, "256 KiB never filled");
+        match store.create_and_start(&job(n), &start).await {
+            Ok((Created::New(created), Some(handle))) => acknowledged.push((created, handle)),
+            Ok(other) => panic!("a new key made {other:?}"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused.outage(), Some(Outage::Full), "{refused}");
+    let at_refusal = db.snapshot().await;
+    assert!(
+        store
+            .create_and_start(&job(acknowledged.len()), &start)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        db.snapshot().await,
+        at_refusal,
+        "a refused job changes nothing"
+    );
+    for (created, _) in &acknowledged {
+        let stored = store.job(&owner, &created.id).await.unwrap();
+        assert_eq!(stored.input, created.input);
+    }
+    let integrity: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&db.raw)
+        .await
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    // Room returns: the oldest jobs settle and pass retention.
+    for (_, handle) in acknowledged.iter().take(20) {
+        store
+            .finish_attempt(handle, Outcome::Succeeded(json!({"ok": true}).into()))
+            .await
+            .unwrap();
+    }
+    db.exec("UPDATE jobs SET updated_at_ms = updated_at_ms - 7200000 WHERE state = 'succeeded'")
+        .await;
+    let hour = std::time::Duration::from_secs(3600);
+    assert_eq!(store.prune_settled(hour, 50).await.unwrap(), 20);
+    let (created, _) = store
+        .create_and_start(&job(acknowledged.len()), &start)
+        .await
+        .unwrap();
+    assert!(matches!(created, Created::New(_)));
+}

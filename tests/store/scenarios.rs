@@ -1147,3 +1147,123 @@ pub async fn a_cancel_committed_while_the_result_waits_makes_it_lose(db: &TestDb
         AttemptState::Cancelled
     );
 }
+
+/// Makes the jobs and attempts look `ms` older, as time passing would.
+async fn age_everything(db: &TestDb, ms: i64) {
+    db.exec(&format!(
+        "UPDATE jobs SET updated_at_ms = updated_at_ms - {ms}, created_at_ms = created_at_ms - {ms}"
+    ))
+    .await;
+}
+
+pub async fn retention_prunes_settled_jobs_in_batches_and_never_an_open_one(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let hour = Duration::from_secs(3600);
+    // Settled: a success with a lost race, and a failure given up on.
+    let raced = create_new(&store, &hedgeable_job("acme", "p-won", json!({"n": 1}))).await;
+    let a = store
+        .start_attempt(&acme, &raced.id, &start("primary", Slot::Primary))
+        .await
+        .unwrap();
+    let b = store
+        .start_attempt(&acme, &raced.id, &start("fallback", Slot::Hedge))
+        .await
+        .unwrap();
+    let won = json!({"lang": "es"});
+    store
+        .finish_attempt(&a, Outcome::Succeeded(won.clone().into()))
+        .await
+        .unwrap();
+    store
+        .finish_attempt(&b, Outcome::Succeeded(json!({"lang": "pt"}).into()))
+        .await
+        .unwrap();
+    let failed = create_new(&store, &new_job("acme", "p-failed", json!({"n": 2}))).await;
+    let f = store
+        .start_attempt(&acme, &failed.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    let give_up = Outcome::Failed {
+        error: "HTTP 400".into(),
+        give_up: true,
+    };
+    store.finish_attempt(&f, give_up).await.unwrap();
+    let cancelled = create_new(&store, &new_job("acme", "p-cancelled", json!({"n": 3}))).await;
+    let c = store
+        .start_attempt(&acme, &cancelled.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store.mark_unknown(&c, "no answer").await.unwrap();
+    store
+        .cancel_attempt(&acme, &cancelled.id, c.ordinal, "resolved by hand")
+        .await
+        .unwrap();
+    // Never pruned: a job that may still get an answer, and ones that wait
+    // (a cancelled attempt leaves its job queued for the next).
+    let unknown = create_new(&store, &new_job("acme", "p-unknown", json!({"n": 4}))).await;
+    let u = store
+        .start_attempt(&acme, &unknown.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store.mark_unknown(&u, "no answer").await.unwrap();
+    let queued = create_new(&store, &new_job("acme", "p-queued", json!({"n": 5}))).await;
+    // A success whose hedge may still answer is not over either.
+    let hedged = create_new(&store, &hedgeable_job("acme", "p-hedged", json!({"n": 6}))).await;
+    let h1 = store
+        .start_attempt(&acme, &hedged.id, &start("primary", Slot::Primary))
+        .await
+        .unwrap();
+    store
+        .start_attempt(&acme, &hedged.id, &start("fallback", Slot::Hedge))
+        .await
+        .unwrap();
+    store
+        .finish_attempt(&h1, Outcome::Succeeded(won.clone().into()))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.prune_settled(hour, 10).await.unwrap(),
+        0,
+        "all recent"
+    );
+    age_everything(db, 2 * 3600 * 1000).await;
+    let recent = create_new(&store, &new_job("acme", "p-recent", json!({"n": 7}))).await;
+    let r = store
+        .start_attempt(&acme, &recent.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store
+        .finish_attempt(&r, Outcome::Succeeded(won.clone().into()))
+        .await
+        .unwrap();
+
+    // Small batches, oldest first, until nothing past retention is left.
+    assert_eq!(store.prune_settled(hour, 1).await.unwrap(), 1);
+    assert_eq!(store.prune_settled(hour, 1).await.unwrap(), 1);
+    assert_eq!(store.prune_settled(hour, 1).await.unwrap(), 0);
+    for gone in [&raced, &failed] {
+        assert!(matches!(
+            store.job(&acme, &gone.id).await,
+            Err(StoreError::JobNotFound(_))
+        ));
+        assert_eq!(
+            db.count(&format!(
+                "SELECT COUNT(*) FROM attempts WHERE job_id = '{}'",
+                gone.id.0
+            ))
+            .await,
+            0
+        );
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM races").await, 0);
+    for kept in [&cancelled, &unknown, &queued, &hedged, &recent] {
+        assert_eq!(store.job(&acme, &kept.id).await.unwrap().id, kept.id);
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM attempts").await, 5);
+    // After retention the key is free again: the same intent is a new job.
+    let again = create_new(&store, &hedgeable_job("acme", "p-won", json!({"n": 1}))).await;
+    assert_ne!(again.id, raced.id);
+    assert_eq!(again.state, JobState::Queued);
+}

@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use surety_store::Outage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Problem {
@@ -23,6 +24,8 @@ pub enum Problem {
     JobSettled,
     AttemptNotOpen,
     NoCertifiedProvider,
+    DatabaseUnavailable,
+    StorageFull,
     Internal,
 }
 
@@ -45,7 +48,10 @@ impl Problem {
             | Problem::AttemptOpen
             | Problem::JobSettled
             | Problem::AttemptNotOpen => StatusCode::CONFLICT,
-            Problem::NoCertifiedProvider => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::NoCertifiedProvider | Problem::DatabaseUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Problem::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
             Problem::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -69,6 +75,8 @@ impl Problem {
             Problem::JobSettled => "job-settled",
             Problem::AttemptNotOpen => "attempt-not-open",
             Problem::NoCertifiedProvider => "no-certified-provider",
+            Problem::DatabaseUnavailable => "database-unavailable",
+            Problem::StorageFull => "storage-full",
             Problem::Internal => "internal",
         }
     }
@@ -92,6 +100,8 @@ impl Problem {
             Problem::JobSettled => "The job is already settled",
             Problem::AttemptNotOpen => "The attempt is not open",
             Problem::NoCertifiedProvider => "No provider is certified for this contract",
+            Problem::DatabaseUnavailable => "The database is unavailable",
+            Problem::StorageFull => "The database is full",
             Problem::Internal => "Internal error",
         }
     }
@@ -157,9 +167,41 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `Retry-After` when the database cannot be reached: a restart or a
+/// failover of the database takes seconds.
+const DATABASE_RETRY_AFTER_S: u64 = 2;
+/// `Retry-After` when the database is full: room comes back when an
+/// operator or the retention pruner makes it.
+const STORAGE_RETRY_AFTER_S: u64 = 30;
+
 impl From<surety_store::StoreError> for ApiError {
     fn from(error: surety_store::StoreError) -> ApiError {
         use surety_store::StoreError as E;
+        // Nothing was recorded: the same request, with the same key, is
+        // safe to send again once the database is back or has room.
+        match error.outage() {
+            Some(Outage::Unavailable) => {
+                tracing::warn!(%error, "the database is unavailable");
+                return ApiError {
+                    retry_after: Some(DATABASE_RETRY_AFTER_S),
+                    ..ApiError::new(
+                        Problem::DatabaseUnavailable,
+                        "the database cannot be reached; nothing was recorded. Send the same request with the same Idempotency-Key again",
+                    )
+                };
+            }
+            Some(Outage::Full) => {
+                tracing::error!(%error, "the database is full");
+                return ApiError {
+                    retry_after: Some(STORAGE_RETRY_AFTER_S),
+                    ..ApiError::new(
+                        Problem::StorageFull,
+                        "the database has no room for new jobs; nothing was recorded. Send the same request with the same Idempotency-Key again later",
+                    )
+                };
+            }
+            None => {}
+        }
         match error {
             E::JobNotFound(_) | E::AttemptNotFound { .. } => {
                 ApiError::new(Problem::NotFound, error.to_string())
@@ -177,7 +219,7 @@ impl From<surety_store::StoreError> for ApiError {
             E::UnsupportedUrl(_)
             | E::Database(_)
             | E::Sqlite(_)
-            | E::NotCommitted(_)
+            | E::NotCommitted { .. }
             | E::Closed
             | E::Migrate(_)
             | E::Corrupt(_) => ApiError::internal(error),

@@ -168,6 +168,11 @@ impl From<ApiError> for OpenAiError {
                 ("server_error", "no_certified_provider", None, Some(false))
             }
             Problem::RateLimited => ("rate_limit_error", "rate_limit_exceeded", None, Some(true)),
+            // Nothing was recorded: the same request is safe to send again.
+            Problem::DatabaseUnavailable => {
+                ("server_error", "database_unavailable", None, Some(true))
+            }
+            Problem::StorageFull => ("server_error", "storage_full", None, Some(true)),
             Problem::Internal => ("server_error", "internal_error", None, None),
         };
         OpenAiError {

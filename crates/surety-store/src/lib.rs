@@ -20,7 +20,7 @@ mod sql;
 mod sqlite;
 mod store;
 
-pub use error::StoreError;
+pub use error::{Outage, StoreError};
 pub use model::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome,
     OwnerId, Race, Slot, StartAttempt,

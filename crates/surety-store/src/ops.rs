@@ -29,6 +29,9 @@ pub(crate) struct Insert {
     pub(crate) new: NewJob,
     pub(crate) fingerprint: Fingerprint,
     pub(crate) first: Option<(String, i64)>,
+    /// The pages a new job may leave in use (SQLite with a size limit): the
+    /// rest is kept for what acknowledged jobs still write.
+    pub(crate) room: Option<i64>,
 }
 
 /// Records the job, or finds the one this owner already made with this key.
@@ -74,6 +77,20 @@ pub(crate) async fn create<C: Conn>(
                 Some(handle_from(&attempt_from(&row)?))
             }
         };
+        if let (Some(room), Some(statement)) = (insert.room, &sql.pages_in_use) {
+            let row = c.row(statement, &[]).await?.unwrap_or_default();
+            let used = col(&row, 0, "pages")?.int("pages")?;
+            if used > room {
+                // Refused after the insert, so a replay is still answered;
+                // the error undoes this write alone.
+                return Err(StoreError::NotCommitted {
+                    reason: format!(
+                        "the database holds {used} pages, past the {room} new jobs may fill; the rest is kept for the results of jobs already acknowledged"
+                    ),
+                    outage: Some(crate::Outage::Full),
+                });
+            }
+        }
         return Ok((Created::New(job), handle));
     }
     replay_or_conflict(c, sql, insert).await
@@ -438,6 +455,29 @@ pub(crate) async fn reap<C: Conn>(
         settle(c, sql, job_id, JobState::Queued).await?;
     }
     Ok(moved == 1)
+}
+
+/// Deletes at most `limit` settled jobs older than `older_than_ms`, with
+/// their attempts and races; returns how many jobs went.
+pub(crate) async fn prune_settled<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    older_than_ms: i64,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let mut pruned = 0;
+    for statement in &sql.prune_settled {
+        pruned = c
+            .execute(statement, &[Int(older_than_ms), Int(limit)])
+            .await?;
+    }
+    Ok(pruned)
+}
+
+/// A round trip to the database.
+pub(crate) async fn ping<C: Conn>(c: &mut C, sql: &Sql) -> Result<(), StoreError> {
+    c.row(&sql.ping, &[]).await?;
+    Ok(())
 }
 
 pub(crate) async fn count_unknown<C: Conn>(c: &mut C, sql: &Sql) -> Result<i64, StoreError> {

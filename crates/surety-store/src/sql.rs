@@ -37,7 +37,21 @@ pub struct Sql {
     pub select_expired: String,
     pub reap_attempt: String,
     pub count_unknown: String,
+    /// Retention: deletes the oldest settled jobs past `$1` ms (at most
+    /// `$2`) with their attempts and races. Run in order in one
+    /// transaction; the last statement's count is the jobs deleted.
+    pub prune_settled: Vec<String>,
+    pub ping: String,
+    /// The pages the database file holds in use (SQLite).
+    pub pages_in_use: Option<String>,
 }
+
+/// The settled jobs past retention (`$1` ms old), oldest first, at most `$2`:
+/// never one with an attempt that may still answer.
+const PRUNABLE: &str = "SELECT id FROM jobs \
+     WHERE state IN ('succeeded', 'failed', 'cancelled') AND updated_at_ms < {now} - $1 \
+       AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.state IN {open}) \
+     ORDER BY updated_at_ms, id LIMIT $2";
 
 const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contract_digest, input, \
      fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms, completion";
@@ -212,6 +226,31 @@ impl Sql {
                      error = 'lease expired: its lease was not renewed in time (the router holding it stopped, or could not reach the database); the provider may have done the work' \
                  WHERE job_id = $1 AND ordinal = $2 AND state = 'started' AND lease_expires_at_ms <= {now}",
             ),
+            prune_settled: match backend {
+                // One writer: the three picks inside its transaction agree.
+                Backend::Sqlite => [
+                    format!("DELETE FROM races WHERE job_id IN ({PRUNABLE})"),
+                    format!("DELETE FROM attempts WHERE job_id IN ({PRUNABLE})"),
+                    format!("DELETE FROM jobs WHERE id IN ({PRUNABLE})"),
+                ]
+                .iter()
+                .map(|s| fill(s))
+                .collect(),
+                // One statement: the foreign keys are checked at its end; the
+                // picked jobs are locked, and jobs another pruner holds skipped.
+                Backend::Postgres => vec![fill(&format!(
+                    "WITH doomed AS ({PRUNABLE} FOR UPDATE SKIP LOCKED), \
+                          r AS (DELETE FROM races WHERE job_id IN (SELECT id FROM doomed)), \
+                          a AS (DELETE FROM attempts WHERE job_id IN (SELECT id FROM doomed)) \
+                     DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)"
+                ))],
+            },
+            ping: fill("SELECT 1 AS up"),
+            pages_in_use: (backend == Backend::Sqlite).then(|| {
+                "SELECT (SELECT page_count FROM pragma_page_count()) \
+                      - (SELECT freelist_count FROM pragma_freelist_count()) AS pages"
+                    .to_owned()
+            }),
         }
     }
 }

@@ -31,9 +31,9 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use crate::SqliteSync;
 use crate::StoreError;
 use crate::conn::Lite;
+use crate::{Outage, SqliteSync};
 
 /// The most operations one transaction carries.
 const MAX_BATCH: usize = 256;
@@ -45,9 +45,14 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 pub const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 
 /// The schema, in the file PostgreSQL's migrator reads too.
-const MIGRATIONS: [&str; 2] = [
+/// With a size limit, 1/this of it is kept for what acknowledged jobs
+/// still write (results, attempts, races): new jobs stop short of it.
+const RESERVED_FRACTION: i64 = 8;
+
+const MIGRATIONS: [&str; 3] = [
     include_str!("../migrations/0001_jobs_and_attempts.sql"),
     include_str!("../migrations/0002_job_completion.sql"),
+    include_str!("../migrations/0003_settled_jobs_index.sql"),
 ];
 
 /// An operation queued for the writer.
@@ -55,7 +60,7 @@ trait Write: Send {
     /// Runs the operation; false when it failed (and must be rolled back).
     fn run(&mut self, conn: &Connection) -> bool;
     /// Answers the caller once the transaction's fate is known.
-    fn reply(self: Box<Self>, commit: Result<(), String>);
+    fn reply(self: Box<Self>, commit: Result<(), Refused>);
 }
 
 struct Op<T, F> {
@@ -79,17 +84,27 @@ where
         ok
     }
 
-    fn reply(self: Box<Self>, commit: Result<(), String>) {
+    fn reply(self: Box<Self>, commit: Result<(), Refused>) {
         let answer = match (self.result, commit) {
             // A failed operation was rolled back whatever became of the rest.
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(value)), Ok(())) => Ok(value),
-            (Some(Ok(_)) | None, Err(reason)) => Err(StoreError::NotCommitted(reason)),
-            (None, Ok(())) => Err(StoreError::NotCommitted("the write never ran".to_owned())),
+            (Some(Ok(_)) | None, Err(refused)) => Err(StoreError::NotCommitted {
+                reason: refused.reason,
+                outage: refused.outage,
+            }),
+            (None, Ok(())) => Err(StoreError::not_committed("the write never ran")),
         };
         // The caller may have given up waiting; the write stands regardless.
         let _ = self.reply.send(answer);
     }
+}
+
+/// Why a batch did not commit, told to every write in it.
+#[derive(Debug, Clone)]
+struct Refused {
+    reason: String,
+    outage: Option<Outage>,
 }
 
 enum Msg {
@@ -149,6 +164,8 @@ pub(crate) struct Sqlite {
     max_readers: usize,
     path: PathBuf,
     busy_timeout: Duration,
+    /// With a size limit: the pages new jobs may leave in use.
+    new_job_pages: Option<i64>,
 }
 
 impl std::fmt::Debug for Msg {
@@ -162,23 +179,8 @@ impl std::fmt::Debug for Msg {
 
 impl Sqlite {
     /// Opens (creating) the file at `url` (`sqlite:path`, `sqlite://path`,
-    /// with or without `?mode=...`), migrates it, and starts the writer, with `synchronous` as `sync`
-    /// says.
-    pub(crate) fn open_synchronous(
-        url: &str,
-        max_readers: usize,
-        busy_timeout: Duration,
-        sync: SqliteSync,
-    ) -> Result<Arc<Sqlite>, StoreError> {
-        let checkpoints = Checkpoints {
-            every: CHECKPOINT_EVERY,
-            wal_limit: WAL_LIMIT_BYTES,
-            sync,
-        };
-        Sqlite::open_with(url, max_readers, busy_timeout, checkpoints)
-    }
-
-    /// As [`Sqlite::open_synchronous`], with checkpoints as `checkpoints` says.
+    /// with or without `?mode=...`), migrates it, and starts the writer and
+    /// the checkpointer, writing as `checkpoints` says.
     pub(crate) fn open_with(
         url: &str,
         max_readers: usize,
@@ -191,6 +193,16 @@ impl Sqlite {
         migrate(&conn)?;
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         conn.pragma_update(None, "journal_size_limit", checkpoints.wal_limit)?;
+        let mut new_job_pages = None;
+        if let Some(max) = checkpoints.max_bytes {
+            // The writer alone writes, so its limit is the file's. A limit
+            // below what the file holds keeps the file as it is, full.
+            let page: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
+            let pages = (i64::try_from(max).unwrap_or(i64::MAX) / page.max(1)).max(1);
+            conn.pragma_update(None, "max_page_count", pages)?;
+            // An eighth is kept for the results of jobs already acknowledged.
+            new_job_pages = Some(pages - pages / RESERVED_FRACTION);
+        }
         let checkpointer = connect(&path, busy_timeout)?;
         let (committed, commits) = mpsc::sync_channel(1);
         let (writer, queue) = mpsc::channel();
@@ -198,7 +210,7 @@ impl Sqlite {
             std::thread::Builder::new()
                 .name(name.to_owned())
                 .spawn(work)
-                .map_err(|e| StoreError::NotCommitted(format!("cannot start {name}: {e}")))
+                .map_err(|e| StoreError::not_committed(format!("cannot start {name}: {e}")))
         };
         let shared = Arc::new(Shared {
             conn: Mutex::new(conn),
@@ -228,6 +240,7 @@ impl Sqlite {
             max_readers: max_readers.max(1),
             path,
             busy_timeout,
+            new_job_pages,
         }))
     }
 
@@ -264,6 +277,11 @@ impl Sqlite {
             return Err(StoreError::Closed);
         }
         answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// With a size limit, the pages in use past which new jobs are refused.
+    pub(crate) fn new_job_pages(&self) -> Option<i64> {
+        self.new_job_pages
     }
 
     /// Runs `op` on a reading connection, here and now.
@@ -414,12 +432,24 @@ fn checkpoint_loop(
 
 /// How the store writes: checkpoints at most every `every`; past
 /// `wal_limit` bytes of WAL, a restarting checkpoint; the writer's
-/// `synchronous`.
+/// `synchronous`; the most bytes the file may hold.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Checkpoints {
     pub every: Duration,
     pub wal_limit: i64,
     pub sync: SqliteSync,
+    pub max_bytes: Option<u64>,
+}
+
+impl Checkpoints {
+    pub(crate) fn new(sync: SqliteSync) -> Checkpoints {
+        Checkpoints {
+            every: CHECKPOINT_EVERY,
+            wal_limit: WAL_LIMIT_BYTES,
+            sync,
+            max_bytes: None,
+        }
+    }
 }
 
 fn write_loop(shared: &Shared, queue: &mpsc::Receiver<Msg>) {
@@ -450,7 +480,7 @@ fn write_loop(shared: &Shared, queue: &mpsc::Receiver<Msg>) {
 
 /// One transaction for the whole batch, a savepoint for each operation;
 /// the outcome is the transaction's, each operation keeps its own result.
-fn run_batch(conn: &Connection, batch: &mut [Box<dyn Write>]) -> Result<(), String> {
+fn run_batch(conn: &Connection, batch: &mut [Box<dyn Write>]) -> Result<(), Refused> {
     let commit = (|| -> Result<(), rusqlite::Error> {
         conn.execute_batch("BEGIN IMMEDIATE")?;
         if let [only] = batch {
@@ -473,12 +503,15 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn Write>]) -> Result<(), Stri
             let _ = conn.execute_batch("ROLLBACK");
         }
         tracing::error!(error = %e, writes = batch.len(), "a SQLite write batch did not commit");
-        e.to_string()
+        Refused {
+            reason: e.to_string(),
+            outage: crate::error::sqlite_outage(&e),
+        }
     })
 }
 
 /// Answers every write of a batch with its result and the batch's outcome.
-fn answer(batch: &mut Vec<Box<dyn Write>>, outcome: &Result<(), String>) {
+fn answer(batch: &mut Vec<Box<dyn Write>>, outcome: &Result<(), Refused>) {
     for op in batch.drain(..) {
         op.reply(outcome.clone());
     }
@@ -546,7 +579,7 @@ mod tests {
         let checkpoints = Checkpoints {
             every: Duration::from_millis(2),
             wal_limit: limit,
-            sync: SqliteSync::Normal,
+            ..Checkpoints::new(SqliteSync::Normal)
         };
         let lite = Sqlite::open_with(&url, 2, Duration::from_secs(5), checkpoints).unwrap();
         lite.write(|c| Ok(c.0.execute_batch("CREATE TABLE t (x BLOB NOT NULL)")?))
@@ -586,7 +619,8 @@ mod tests {
                 "sqlite:{}",
                 dir.path().join(format!("{expected}.db")).display()
             );
-            let lite = Sqlite::open_synchronous(&url, 1, Duration::from_secs(1), sync).unwrap();
+            let lite =
+                Sqlite::open_with(&url, 1, Duration::from_secs(1), Checkpoints::new(sync)).unwrap();
             let level: i64 = lite
                 .shared
                 .conn()
@@ -626,7 +660,10 @@ mod tests {
         let outcome = run_batch(&conn, &mut batch);
         answer(&mut batch, &outcome);
         for answer in [a_answer.try_recv(), b_answer.try_recv()] {
-            assert!(matches!(answer.unwrap(), Err(StoreError::NotCommitted(_))));
+            assert!(matches!(
+                answer.unwrap(),
+                Err(StoreError::NotCommitted { .. })
+            ));
         }
         other.execute_batch("ROLLBACK").unwrap();
         let n: i64 = conn
@@ -641,8 +678,13 @@ mod tests {
     async fn writes_queue_while_the_connection_is_busy_and_commit_together() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("q.db").display());
-        let lite =
-            Sqlite::open_synchronous(&url, 2, Duration::from_secs(1), SqliteSync::Normal).unwrap();
+        let lite = Sqlite::open_with(
+            &url,
+            2,
+            Duration::from_secs(1),
+            Checkpoints::new(SqliteSync::Normal),
+        )
+        .unwrap();
         lite.write(|c| Ok(c.0.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")?))
             .await
             .unwrap();

@@ -13,7 +13,7 @@ use surety_core::Intent;
 use crate::conn::ready;
 use crate::ops::{self, Insert};
 use crate::sql::Sql;
-use crate::sqlite::Sqlite;
+use crate::sqlite::{Checkpoints, Sqlite};
 use crate::{
     Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId,
     Race, Slot, StartAttempt, StoreError,
@@ -51,6 +51,13 @@ pub struct StoreOptions {
     /// checkpoint (`Normal`, the default: a crash of the process loses
     /// nothing acknowledged, a power loss may lose the last commits).
     pub sqlite_synchronous: SqliteSync,
+    /// SQLite: the most bytes the database file may hold; a write past it
+    /// fails as [`Outage::Full`](crate::Outage::Full). `None`: the disk's room.
+    pub sqlite_max_bytes: Option<u64>,
+    /// PostgreSQL: how long an operation waits for a connection (the
+    /// server being away included) before failing as
+    /// [`Outage::Unavailable`](crate::Outage::Unavailable).
+    pub acquire_timeout: Duration,
 }
 
 /// SQLite's `synchronous` in WAL mode.
@@ -80,6 +87,8 @@ impl StoreOptions {
             max_connections: 8,
             busy_timeout: Duration::from_secs(5),
             sqlite_synchronous: SqliteSync::Normal,
+            sqlite_max_bytes: None,
+            acquire_timeout: Duration::from_secs(3),
         }
     }
 }
@@ -166,18 +175,22 @@ impl Store {
         let (engine, backend) = match scheme {
             "sqlite" => {
                 let (url, timeout) = (options.url.clone(), options.busy_timeout);
-                let sync = options.sqlite_synchronous;
+                let writing = Checkpoints {
+                    max_bytes: options.sqlite_max_bytes,
+                    ..Checkpoints::new(options.sqlite_synchronous)
+                };
                 // Opening and migrating a file blocks; keep it off the runtime.
                 let lite = tokio::task::spawn_blocking(move || {
-                    Sqlite::open_synchronous(&url, connections as usize, timeout, sync)
+                    Sqlite::open_with(&url, connections as usize, timeout, writing)
                 })
                 .await
-                .map_err(|e| StoreError::NotCommitted(format!("opening SQLite: {e}")))??;
+                .map_err(|e| StoreError::not_committed(format!("opening SQLite: {e}")))??;
                 (Engine::Sqlite(lite), Backend::Sqlite)
             }
             "postgres" | "postgresql" => {
                 let pool = PgPoolOptions::new()
                     .max_connections(connections)
+                    .acquire_timeout(options.acquire_timeout)
                     // sqlx pings every connection it hands out: a round trip
                     // per operation. Ping only one that sat idle a while; a
                     // connection that breaks in between fails its statement,
@@ -285,6 +298,10 @@ impl Store {
             new: new.clone(),
             fingerprint,
             first,
+            room: match &self.engine {
+                Engine::Sqlite(lite) => lite.new_job_pages(),
+                Engine::Postgres(_) => None,
+            },
         })
     }
 
@@ -429,6 +446,27 @@ impl Store {
             }
         }
         Ok(reaped)
+    }
+
+    /// Retention: deletes at most `batch` settled jobs whose last change is
+    /// older than `retention` (on the database's clock), with their
+    /// attempts and races, in one short write; returns how many went. A job
+    /// with an attempt that may still answer is never pruned. Call again
+    /// while it returns `batch`.
+    pub async fn prune_settled(&self, retention: Duration, batch: u32) -> Result<u64, StoreError> {
+        let older_than = i64::try_from(retention.as_millis()).map_err(|_| StoreError::Invalid {
+            field: "retention",
+            reason: "longer than the clock counts".to_owned(),
+        })?;
+        let limit = i64::from(batch.max(1));
+        on_engine!(self, write, |c, sql| ops::prune_settled(
+            c, sql, older_than, limit
+        ))
+    }
+
+    /// Whether the database answers a round trip now.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        on_engine!(self, read, |c, sql| ops::ping(c, sql))
     }
 
     /// How many attempts, of every owner, are `unknown` now: each waits for
