@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod binding;
+mod faults;
 mod harness;
 mod scenarios;
 mod sdk;

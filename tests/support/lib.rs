@@ -41,7 +41,32 @@ pub struct TestDb {
     /// (rewinding a lease) and for looking at raw rows.
     pub raw: AnyPool,
     _dir: Option<tempfile::TempDir>,
-    schema: Option<(String, String)>,
+    /// What to drop at the end: `(server URL, what)`.
+    cleanup: Option<(String, Cleanup)>,
+}
+
+#[derive(Debug)]
+enum Cleanup {
+    Schema(String),
+    Database(String),
+}
+
+/// `url` naming the database `name` instead of its own.
+fn with_database(url: &str, name: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let server = head.rsplit_once('/').map_or(head, |(server, _)| server);
+    format!("{server}/{name}{query}")
+}
+
+async fn admin(base: &str) -> AnyPool {
+    AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(base)
+        .await
+        .expect("connect to PostgreSQL as its admin")
 }
 
 pub fn postgres_url() -> String {
@@ -66,7 +91,7 @@ impl TestDb {
                     url,
                     raw,
                     _dir: Some(dir),
-                    schema: None,
+                    cleanup: None,
                 })
             }
             Engine::Postgres => {
@@ -105,10 +130,75 @@ impl TestDb {
                     url,
                     raw,
                     _dir: None,
-                    schema: Some((base, schema)),
+                    cleanup: Some((base, Cleanup::Schema(schema))),
                 })
             }
         }
+    }
+
+    /// A PostgreSQL database of the test's own, not a schema: one the test
+    /// may take away ([`TestDb::take_away`]) without touching anyone
+    /// else's. `None` as [`TestDb::new`] says.
+    pub async fn own_postgres() -> Option<TestDb> {
+        // Reachable, or skipped as every PostgreSQL test is.
+        let probe = TestDb::new(Engine::Postgres).await?;
+        drop(probe);
+        let base = postgres_url();
+        let name = format!("surety_d_{}", uuid::Uuid::now_v7().simple());
+        let admin = admin(&base).await;
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create database");
+        admin.close().await;
+        let url = with_database(&base, &name);
+        let raw = AnyPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .expect("connect");
+        Some(TestDb {
+            engine: Engine::Postgres,
+            url,
+            raw,
+            _dir: None,
+            cleanup: Some((base, Cleanup::Database(name))),
+        })
+    }
+
+    /// The outage of [`TestDb::own_postgres`]'s database: every connection
+    /// to it is terminated and new ones are refused until
+    /// [`TestDb::bring_back`].
+    pub async fn take_away(&self) {
+        let Some((base, Cleanup::Database(name))) = &self.cleanup else {
+            panic!("only a database of the test's own can be taken away");
+        };
+        let admin = admin(base).await;
+        for sql in [
+            format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"),
+            format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+            ),
+        ] {
+            admin
+                .execute(sql.as_str())
+                .await
+                .expect("take the database away");
+        }
+        admin.close().await;
+    }
+
+    /// Ends [`TestDb::take_away`]'s outage.
+    pub async fn bring_back(&self) {
+        let Some((base, Cleanup::Database(name))) = &self.cleanup else {
+            panic!("only a database of the test's own can be brought back");
+        };
+        let admin = admin(base).await;
+        admin
+            .execute(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true").as_str())
+            .await
+            .expect("bring the database back");
+        admin.close().await;
     }
 
     /// Opens a store on this database, running its migrations.
@@ -174,8 +264,12 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let Some((base, schema)) = self.schema.take() else {
+        let Some((base, what)) = self.cleanup.take() else {
             return;
+        };
+        let drop_it = match what {
+            Cleanup::Schema(schema) => format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+            Cleanup::Database(name) => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
         };
         // Drop runs inside the test's runtime, which cannot block on async
         // work: drop the schema from a thread with a runtime of its own.
@@ -189,9 +283,7 @@ impl Drop for TestDb {
                         .max_connections(1)
                         .connect(&base)
                         .await?;
-                    admin
-                        .execute(format!("DROP SCHEMA IF EXISTS {schema} CASCADE").as_str())
-                        .await?;
+                    admin.execute(drop_it.as_str()).await?;
                     admin.close().await;
                     Ok(())
                 })
@@ -199,7 +291,7 @@ impl Drop for TestDb {
         )
         .join();
         if !matches!(dropped, Ok(Ok(()))) {
-            eprintln!("could not drop a test schema: {dropped:?}");
+            eprintln!("could not drop a test's schema or database: {dropped:?}");
         }
     }
 }

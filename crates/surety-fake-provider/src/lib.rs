@@ -106,6 +106,12 @@ pub enum Behavior {
     /// HTTP 200 whose body goes on for this many bytes, made as it is read
     /// (never held whole); `bytes_streamed` counts what was read.
     Huge { bytes: u64 },
+    /// Waits until [`FakeProvider::open_gate`] opens the gate, then
+    /// behaves as the inner behavior (a provider answering at a moment the
+    /// test chooses).
+    Gated(Box<Behavior>),
+    /// HTTP 200 whose body is one byte every `every_ms`, and never ends.
+    Drip { every_ms: u64 },
 }
 
 impl Behavior {
@@ -207,6 +213,8 @@ struct Shared {
     calls: watch::Sender<u64>,
     /// Bytes of `Huge` bodies made so far.
     streamed: Arc<std::sync::atomic::AtomicU64>,
+    /// Open: `Gated` calls go on.
+    gate: watch::Sender<bool>,
 }
 
 /// A running fake. Dropping it stops the server.
@@ -240,6 +248,7 @@ impl FakeProvider {
             log: Mutex::new(Log::default()),
             calls,
             streamed: Arc::default(),
+            gate: watch::channel(false).0,
         });
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
@@ -253,6 +262,11 @@ impl FakeProvider {
             shared,
             server,
         })
+    }
+
+    /// Lets every `Gated` call, waiting or still to come, go on.
+    pub fn open_gate(&self) {
+        self.shared.gate.send_replace(true);
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -482,9 +496,20 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
     }
     let key = plan.key.clone();
     let mut behavior = plan.behavior.clone();
-    while let Behavior::Sequence(steps) = behavior {
-        let at = (plan.rule_calls as usize).min(steps.len().saturating_sub(1));
-        behavior = steps.get(at).cloned().unwrap_or(Behavior::Hang);
+    loop {
+        behavior = match behavior {
+            Behavior::Sequence(steps) => {
+                let at = (plan.rule_calls as usize).min(steps.len().saturating_sub(1));
+                steps.get(at).cloned().unwrap_or(Behavior::Hang)
+            }
+            Behavior::Gated(inner) => {
+                let mut gate = shared.gate.subscribe();
+                // The sender lives in `shared`, as long as this request.
+                let _ = gate.wait_for(|open| *open).await;
+                *inner
+            }
+            other => break behavior = other,
+        };
     }
     let body = match behavior {
         Behavior::Reply(text) => ok.reply(&text),
@@ -545,7 +570,21 @@ async fn misbehave(plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Respon
         | Behavior::Refuse(_)
         | Behavior::Cycle(_)
         | Behavior::Sequence(_)
+        | Behavior::Gated(_)
         | Behavior::Huge { .. } => bad_request("the fake's plan is a normal answer"),
+        Behavior::Drip { every_ms } => {
+            let every = Duration::from_millis(every_ms.max(1));
+            let drips = futures_util::stream::unfold((), move |()| async move {
+                tokio::time::sleep(every).await;
+                Some((Ok::<Bytes, std::io::Error>(Bytes::from_static(b" ")), ()))
+            });
+            let mut response = Response::new(Body::from_stream(drips));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
         Behavior::Status {
             status,
             body,

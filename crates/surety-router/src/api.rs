@@ -514,19 +514,31 @@ async fn healthz() -> &'static str {
     tag = "operations",
     security(()),
     responses(
-        (status = 200, description = "A manifest is in force", body = Readiness),
-        (status = 503, description = "No valid manifest", body = Readiness),
+        (status = 200, description = "A manifest is in force and the database answers", body = Readiness),
+        (status = 503, description = "No valid manifest, or the database is down", body = Readiness),
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Response {
     let manifest = state.inner.manifest.current();
+    let database =
+        match tokio::time::timeout(state.inner.database_timeout, state.inner.store.ping()).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!(
+                "no answer within {} ms",
+                state.inner.database_timeout.as_millis()
+            )),
+        };
+    let ready = manifest.is_some() && database.is_none();
     let body = Readiness {
-        ready: manifest.is_some(),
+        ready,
+        database: if database.is_none() { "up" } else { "down" }.to_owned(),
+        database_error: database,
         manifest_entries: manifest.as_ref().map(|m| m.entries.len()),
         manifest_generated_at: manifest.as_ref().map(|m| m.generated_at.clone()),
         last_reload_refused: state.inner.manifest.refused(),
     };
-    let status = if manifest.is_some() {
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

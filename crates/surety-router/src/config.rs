@@ -36,6 +36,9 @@ struct RawServer {
     owner_burst: Option<u32>,
     owner_max_in_flight: Option<u32>,
     sqlite_synchronous: Option<String>,
+    sqlite_max_bytes: Option<u64>,
+    database_timeout_ms: Option<u64>,
+    retention_ms: Option<u64>,
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
@@ -97,6 +100,9 @@ pub struct ApiKey {
 /// several replicas within its default 100 connections.
 const DEFAULT_DATABASE_CONNECTIONS: u32 = 16;
 
+/// The smallest SQLite file a limit may name.
+const MIN_SQLITE_BYTES: u64 = 1 << 20;
+
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
     pub listen: SocketAddr,
@@ -119,6 +125,14 @@ pub struct RouterConfig {
     pub owner_max_in_flight: Option<std::num::NonZeroU32>,
     /// SQLite: `normal` (the default) or `full` (an fsync per commit).
     pub sqlite_synchronous: surety_store::SqliteSync,
+    /// SQLite: the most bytes the database file may hold.
+    pub sqlite_max_bytes: Option<u64>,
+    /// How long an operation waits for the database (PostgreSQL: for a
+    /// connection) before the request gets 503.
+    pub database_timeout: Duration,
+    /// How long a settled job is kept after it settled: its key replays
+    /// until then, and is free (a new job) after.
+    pub retention: Duration,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -266,6 +280,25 @@ impl RouterConfig {
                     ));
                 }
             },
+            sqlite_max_bytes: match raw.server.sqlite_max_bytes {
+                Some(n) if n < MIN_SQLITE_BYTES => {
+                    return Err(ConfigError::at(
+                        "server.sqlite_max_bytes",
+                        format!("must be at least {MIN_SQLITE_BYTES} (1 MiB)"),
+                    ));
+                }
+                other => other,
+            },
+            database_timeout: ms(
+                "server.database_timeout_ms",
+                raw.server.database_timeout_ms,
+                3_000,
+            )?,
+            retention: ms(
+                "server.retention_ms",
+                raw.server.retention_ms,
+                24 * 60 * 60 * 1000,
+            )?,
             owner_max_in_flight: match raw.server.owner_max_in_flight {
                 None => None,
                 Some(n) => Some(std::num::NonZeroU32::new(n).ok_or_else(|| {

@@ -6,6 +6,7 @@
 //! contracts without side effects.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use surety_contracts::Contract;
 use surety_manifest::{Current, Eligibility};
@@ -226,14 +227,17 @@ async fn attempt(
             tick.tick().await;
             loop {
                 tick.tick().await;
-                if state
+                match state
                     .inner
                     .store
                     .heartbeat(&handle, state.inner.lease)
                     .await
-                    .is_err()
                 {
-                    return;
+                    Ok(_) => {}
+                    // The database is away: the next beat tries again.
+                    Err(e) if e.outage().is_some() => {}
+                    // The lease is gone or the attempt closed: nothing to keep.
+                    Err(_) => return,
                 }
             }
         })
@@ -279,6 +283,63 @@ async fn attempt(
             });
             End::Unknown
         }
+    }
+}
+
+/// Records an attempt's outcome. While the database is away, the outcome
+/// is held here and offered again (backing off to every 2 s) for as long as
+/// the late-result window: a provider's answer is never thrown away for an
+/// outage, and the provider is never asked again for it.
+async fn finish_held(
+    state: &AppState,
+    handle: &AttemptHandle,
+    outcome: Outcome,
+) -> Result<Finish, surety_store::StoreError> {
+    let deadline = tokio::time::Instant::now() + state.inner.late_result_window;
+    let mut backoff = Duration::from_millis(50);
+    let mut held: Option<Held> = None;
+    loop {
+        let error = match state
+            .inner
+            .store
+            .finish_attempt(handle, outcome.clone())
+            .await
+        {
+            Err(e) if e.outage().is_some() => e,
+            done => {
+                if held.is_some() {
+                    tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "a held result is recorded: the database is back");
+                }
+                return done;
+            }
+        };
+        if tokio::time::Instant::now() + backoff > deadline {
+            tracing::error!(job_id = %handle.job_id, attempt = handle.ordinal, error = %error, "a held result is dropped: the database stayed away past the late-result window; the attempt stays open (unknown) for an operator");
+            return Err(error);
+        }
+        if held.is_none() {
+            tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %error, "the database cannot take a result now; holding it and trying again");
+            held = Some(Held::new(state));
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// One result held in memory, counted by `surety_results_held` until dropped.
+struct Held(prometheus::IntGauge);
+
+impl Held {
+    fn new(state: &AppState) -> Held {
+        let gauge = state.inner.metrics.results_held.clone();
+        gauge.inc();
+        Held(gauge)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -436,7 +497,7 @@ async fn record(
             return End::Unknown;
         }
     };
-    match state.inner.store.finish_attempt(handle, outcome).await {
+    match finish_held(state, handle, outcome).await {
         Ok(Finish::Won(_)) => {
             metrics
                 .attempts

@@ -35,6 +35,11 @@ use crate::manifest::ManifestHolder;
 use crate::metrics::Metrics;
 use crate::settled::Settled;
 
+/// Settled jobs deleted per write when pruning past retention.
+const PRUNE_BATCH: u32 = 256;
+/// Pruning runs every this many background ticks (of 500 ms): every 10 s.
+const PRUNE_EVERY_TICKS: u64 = 20;
+
 /// Everything a request handler or a dispatcher needs; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -68,6 +73,8 @@ pub struct Inner {
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
+    pub retention: Duration,
+    pub database_timeout: Duration,
     /// Wakes the requests waiting on a job when it settles here.
     pub settled: Arc<Settled>,
 }
@@ -198,6 +205,8 @@ impl AppState {
         let mut options = StoreOptions::new(&config.database);
         options.max_connections = config.database_connections;
         options.sqlite_synchronous = config.sqlite_synchronous;
+        options.sqlite_max_bytes = config.sqlite_max_bytes;
+        options.acquire_timeout = config.database_timeout;
         let store = Store::open_with(&options)
             .await
             .context("opening the database")?;
@@ -288,18 +297,22 @@ impl AppState {
                 late_result_window: config.late_result_window,
                 lease: config.lease,
                 max_body_bytes: config.max_body_bytes,
+                retention: config.retention,
+                database_timeout: config.database_timeout,
                 settled: Arc::default(),
             }),
         })
     }
 
     /// The background work of a running router: reload the manifest when it
-    /// changes, and reap the leases of routers that died.
+    /// changes, reap the leases of routers that died, and prune settled
+    /// jobs past retention.
     pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
         let state = self.clone();
         // Its handle is the caller's, who stops it at shutdown.
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut n: u64 = 0;
             loop {
                 tick.tick().await;
@@ -314,7 +327,46 @@ impl AppState {
                         Err(e) => tracing::error!(error = %e, "reaper failed"),
                     }
                 }
+                if n.is_multiple_of(PRUNE_EVERY_TICKS) {
+                    state.prune().await;
+                }
             }
         })
+    }
+
+    /// Deletes the settled jobs past retention, a small batch per write so
+    /// the writers' queue never waits long behind it; returns how many went.
+    pub async fn prune(&self) -> u64 {
+        let mut pruned = 0;
+        loop {
+            match self
+                .inner
+                .store
+                .prune_settled(self.inner.retention, PRUNE_BATCH)
+                .await
+            {
+                Ok(n) => {
+                    pruned += n;
+                    self.inner.metrics.pruned_jobs.inc_by(n);
+                    if n < u64::from(PRUNE_BATCH) {
+                        break;
+                    }
+                    // Between batches, the jobs being made go first.
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning settled jobs failed; the next pass tries again");
+                    break;
+                }
+            }
+        }
+        if pruned > 0 {
+            tracing::info!(
+                jobs = pruned,
+                retention_s = self.inner.retention.as_secs(),
+                "pruned settled jobs past retention"
+            );
+        }
+        pruned
     }
 }

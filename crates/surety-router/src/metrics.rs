@@ -17,6 +17,8 @@ pub struct Metrics {
     pub tokens: IntCounterVec,
     pub lost_races: IntCounter,
     pub late_results_discarded: IntCounter,
+    pub results_held: IntGauge,
+    pub pruned_jobs: IntCounter,
     pub unknown_attempts_open: IntGauge,
     pub provider_latency: HistogramVec,
     pub manifest_entries: IntGauge,
@@ -87,6 +89,14 @@ impl Metrics {
             late_results_discarded: counter(
                 "surety_late_results_discarded_total",
                 "Results that arrived after the job was settled",
+            )?,
+            results_held: gauge(
+                "surety_results_held",
+                "Provider answers held in memory because the database could not take them yet",
+            )?,
+            pruned_jobs: counter(
+                "surety_pruned_jobs_total",
+                "Settled jobs deleted past retention",
             )?,
             unknown_attempts_open: gauge(
                 "surety_unknown_attempts_open",

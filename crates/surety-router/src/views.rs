@@ -152,7 +152,13 @@ pub struct ProblemView {
 /// `/readyz`: whether a manifest is in force.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Readiness {
+    /// A manifest is in force and the database answers.
     pub ready: bool,
+    /// `up`, or `down` when it did not answer a round trip in time.
+    pub database: String,
+    /// Why the database is down, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_error: Option<String>,
     pub manifest_entries: Option<usize>,
     pub manifest_generated_at: Option<String>,
     /// Why the last reload of the manifest was refused, if it was.

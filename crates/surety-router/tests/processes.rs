@@ -425,7 +425,9 @@ async fn schemathesis_finds_nothing_in_the_openapi_document() {
     let output = tokio::process::Command::new(st)
         .arg("run")
         .arg(format!("{}/openapi.json", serving.base))
-        .args(["--checks", "all", "--workers", "2", "--max-examples", "40"])
+        // One worker: schemathesis's schema caches are not thread-safe (two
+        // workers once failed CI with a KeyError inside them, not in surety).
+        .args(["--checks", "all", "--workers", "1", "--max-examples", "40"])
         .args(["--header", &format!("Authorization: Bearer {KEY}")])
         .args(["--max-time", "60"])
         // A fixed seed by default, so CI is repeatable; another explores further.

@@ -245,7 +245,7 @@ impl Sql {
                      DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)"
                 ))],
             },
-            ping: fill("SELECT 1 AS up"),
+            ping: fill("SELECT CAST(1 AS BIGINT) AS up"),
             pages_in_use: (backend == Backend::Sqlite).then(|| {
                 "SELECT (SELECT page_count FROM pragma_page_count()) \
                       - (SELECT freelist_count FROM pragma_freelist_count()) AS pages"
