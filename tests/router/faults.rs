@@ -188,7 +188,12 @@ async fn a_full_sqlite_gets_507_and_serves_again_when_room_returns() {
     );
     let before = db.snapshot().await;
     let (status, _, _) = router
-        .create(ACME, "one-more", &detect(&format!("{big} one-more")), Some(5))
+        .create(
+            ACME,
+            "one-more",
+            &detect(&format!("{big} one-more")),
+            Some(5),
+        )
         .await;
     assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE);
     assert_eq!(db.snapshot().await, before, "a refused job changes nothing");
@@ -236,4 +241,76 @@ async fn a_dripping_provider_is_cut_off_at_the_attempt_timeout_as_unknown() {
     let error = attempts["data"][0]["error"].as_str().unwrap_or_default();
     assert!(error.contains("no answer within 0.6 s"), "{attempts}");
     assert_eq!(fake.calls(), 1);
+}
+
+/// Reads from `stream` until the server closes it: true when it did within
+/// `BOUND` (an EOF or a reset), false when it kept the connection open.
+async fn closed_by_server(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0u8; 4096];
+    tokio::time::timeout(BOUND, async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Hundreds of idle connections, slowloris clients sending headers a piece
+/// at a time, and a keep-alive connection left idle, all past the
+/// connection limit: each is closed at the request read timeout, and a
+/// normal client is served meanwhile. Without the timeout the idle ones
+/// would hold every connection the limit allows, forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_and_slow_clients_are_closed_and_others_are_served() {
+    use tokio::io::AsyncWriteExt;
+    let db = TestDb::new(Engine::Sqlite).await.unwrap();
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
+        .await
+        .unwrap();
+    let router = Router::one_route(
+        &db,
+        &fake,
+        "max_connections = 50\nrequest_read_timeout_ms = 300\n",
+    )
+    .await;
+    let addr = router.base.trim_start_matches("http://").to_owned();
+    let mut hostile = Vec::new();
+    for _ in 0..150 {
+        hostile.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    for stream in hostile.iter_mut().take(20) {
+        // Slowloris: a request line and part of a header, never finished.
+        let _ = stream
+            .write_all(b"POST /v1/jobs HTTP/1.1\r\nHost: surety\r\nX-Slow: ")
+            .await;
+    }
+    let mut kept_alive = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    kept_alive
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: surety\r\n\r\n")
+        .await
+        .unwrap();
+    // A normal client, queued behind all of them, is served.
+    let served = tokio::time::timeout(
+        BOUND,
+        router.create(ACME, "calm-1", &detect("Hello there"), Some(10)),
+    )
+    .await;
+    let (status, _, job) = served.expect("a normal client is served, not starved");
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    assert_eq!(job["state"], "succeeded", "{job}");
+    for (i, stream) in hostile.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(stream).await,
+            "hostile connection {i} was kept open"
+        );
+    }
+    assert!(
+        closed_by_server(&mut kept_alive).await,
+        "an idle keep-alive connection was kept open"
+    );
 }

@@ -88,6 +88,11 @@ pub fn app(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(limit))
+        // A body sent a byte at a time holds a connection no longer than
+        // its headers may (`listen.rs`).
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            state.inner.listening.request_read_timeout,
+        ))
         .layer(axum::Extension(Arc::new(crate::document::for_routes(
             doc, &state,
         ))))

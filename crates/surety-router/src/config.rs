@@ -39,6 +39,8 @@ struct RawServer {
     sqlite_max_bytes: Option<u64>,
     database_timeout_ms: Option<u64>,
     retention_ms: Option<u64>,
+    max_connections: Option<usize>,
+    request_read_timeout_ms: Option<u64>,
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
@@ -100,6 +102,10 @@ pub struct ApiKey {
 /// several replicas within its default 100 connections.
 const DEFAULT_DATABASE_CONNECTIONS: u32 = 16;
 
+/// Connections open at once by default: well within a default file
+/// descriptor limit, far past what the clients of one router hold.
+const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 /// The smallest SQLite file a limit may name.
 const MIN_SQLITE_BYTES: u64 = 1 << 20;
 
@@ -133,6 +139,9 @@ pub struct RouterConfig {
     /// How long a settled job is kept after it settled: its key replays
     /// until then, and is free (a new job) after.
     pub retention: Duration,
+    /// Connections open at once, and how long a client may take to send a
+    /// request's headers (or its body).
+    pub listening: crate::Listening,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -299,6 +308,23 @@ impl RouterConfig {
                 raw.server.retention_ms,
                 24 * 60 * 60 * 1000,
             )?,
+            listening: crate::Listening {
+                max_connections: match raw.server.max_connections {
+                    None => DEFAULT_MAX_CONNECTIONS,
+                    Some(n @ 1..=1_000_000) => n,
+                    Some(_) => {
+                        return Err(ConfigError::at(
+                            "server.max_connections",
+                            "must be between 1 and 1000000",
+                        ));
+                    }
+                },
+                request_read_timeout: ms(
+                    "server.request_read_timeout_ms",
+                    raw.server.request_read_timeout_ms,
+                    10_000,
+                )?,
+            },
             owner_max_in_flight: match raw.server.owner_max_in_flight {
                 None => None,
                 Some(n) => Some(std::num::NonZeroU32::new(n).ok_or_else(|| {

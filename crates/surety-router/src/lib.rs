@@ -12,6 +12,7 @@ pub mod document;
 pub mod error;
 pub mod extract;
 pub mod facade;
+pub mod listen;
 pub mod manifest;
 pub mod metrics;
 pub mod service;
@@ -29,6 +30,7 @@ use surety_store::{Store, StoreOptions};
 
 pub use api::app;
 pub use config::RouterConfig;
+pub use listen::Listening;
 
 use crate::config::{ApiKey, Route};
 use crate::manifest::ManifestHolder;
@@ -75,6 +77,7 @@ pub struct Inner {
     pub max_body_bytes: usize,
     pub retention: Duration,
     pub database_timeout: Duration,
+    pub listening: Listening,
     /// Wakes the requests waiting on a job when it settles here.
     pub settled: Arc<Settled>,
 }
@@ -154,15 +157,10 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let stopping = tokio_util::sync::CancellationToken::new();
-    let server = axum::serve(listener, app(state.clone()))
-        .with_graceful_shutdown(stopping.clone().cancelled_owned());
-    let mut server = std::pin::pin!(server.into_future());
-    tokio::select! {
-        result = &mut server => return result,
-        () = shutdown => {}
-    }
-    stopping.cancel();
+    let listening = state.inner.listening;
+    let connections = listen::accept_until(listener, app(state.clone()), listening, shutdown).await;
+    // No new connections; open ones finish their request and close.
+    let closed = connections.shutdown();
     let grace = state.inner.shutdown_grace;
     let open = state.in_flight().len();
     tracing::info!(
@@ -186,7 +184,7 @@ pub async fn serve(
         }
     }
     // Answers already on their way get a moment to leave.
-    let _ = tokio::time::timeout(Duration::from_millis(500), &mut server).await;
+    let _ = tokio::time::timeout(Duration::from_millis(500), closed).await;
     tracing::info!("shut down");
     Ok(())
 }
@@ -299,6 +297,7 @@ impl AppState {
                 max_body_bytes: config.max_body_bytes,
                 retention: config.retention,
                 database_timeout: config.database_timeout,
+                listening: config.listening,
                 settled: Arc::default(),
             }),
         })

@@ -1,0 +1,91 @@
+//! The router's accept loop, so hostile clients cannot starve the rest:
+//! at most `max_connections` connections are open at once (past it, new
+//! ones wait in the kernel's backlog until one closes), and a client gets
+//! `request_read_timeout` to send a request's headers — an idle keep-alive
+//! connection too — before its connection is closed (slowloris, idle
+//! floods). The body has the same time (`RequestBodyTimeoutLayer` in
+//! `api::app`). On shutdown, the loop stops accepting and hands back the
+//! handle that closes every open connection gracefully.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
+
+/// How the router takes connections.
+#[derive(Debug, Clone, Copy)]
+pub struct Listening {
+    pub max_connections: usize,
+    pub request_read_timeout: Duration,
+}
+
+/// Accepts connections on `listener` and serves `app` on each until
+/// `shutdown` completes; returns the handle that closes them.
+pub(crate) async fn accept_until(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    listening: Listening,
+    shutdown: impl Future<Output = ()>,
+) -> GracefulShutdown {
+    let permits = Arc::new(Semaphore::new(listening.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    // HTTP/1.1 only: the clients of an HTTP API speak it, and telling
+    // HTTP/2 apart first would read the connection with no timeout at all.
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(listening.request_read_timeout);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut at_limit = false;
+    loop {
+        if permits.available_permits() == 0 && !at_limit {
+            tracing::warn!(
+                max_connections = listening.max_connections,
+                "the connection limit is reached: new connections wait until one closes"
+            );
+        }
+        at_limit = permits.available_permits() == 0;
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before
+                    // it was taken: the listener itself is fine.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            // An error here is the client's: it went away, or was too slow.
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "a connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    graceful
+}
+
+/// How long accepting pauses after it failed (e.g. out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
