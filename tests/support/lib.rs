@@ -9,6 +9,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // Test support fails the test on setup errors.
 
+pub mod chaos;
+
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor, Row};
 use surety_store::{Store, StoreOptions};

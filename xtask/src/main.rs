@@ -30,6 +30,10 @@ commands:
   bench store    the store benchmark: jobs/s through the store beside the raw driver
   bench router   the router benchmark: jobs/s and p50/p99 through `surety serve` beside the fake
                  upstream alone, closed and open loop, SQLite and PostgreSQL, and router RSS
+  chaos          faults under load against the release `surety serve` on SQLite and PostgreSQL
+                 (crash loop, database outage and full, hostile providers and clients, sustained
+                 load): one table, target/chaos/report.json; exit 1 if an acknowledged job was
+                 lost or an intent called twice
   demo           from a fresh clone: the local model and fake providers, certified, behind the
                  router on SQLite; a double-click, a mismatched retry and a failover, printed
   certify <provider>|--all [--accept] [--signing-key FILE] [--manifest FILE] ...
@@ -56,6 +60,7 @@ fn main() -> Result<()> {
         ["test"] => test(&root),
         ["bench", "store"] => bench_store(&root),
         ["bench", "router"] => bench_router(&root),
+        ["chaos"] => chaos(&root),
         ["local-provider"] => {
             local_provider::serve(&local_provider::Paths::new()?, Some(local_port(&root)?))
         }
@@ -282,6 +287,26 @@ fn bench_store(root: &Path) -> Result<()> {
 
 fn bench_router(root: &Path) -> Result<()> {
     check_postgres()?;
+    let surety = release_surety(root)?;
+    bench(root, "router", &[("SURETY_BIN", surety.as_os_str())])
+}
+
+fn chaos(root: &Path) -> Result<()> {
+    check_postgres()?;
+    let surety = release_surety(root)?;
+    let out = root.join("target/chaos/report.json");
+    bench(
+        root,
+        "chaos",
+        &[
+            ("SURETY_BIN", surety.as_os_str()),
+            ("SURETY_CHAOS_OUT", out.as_os_str()),
+        ],
+    )
+}
+
+/// Builds `surety` in release and returns its path.
+fn release_surety(root: &Path) -> Result<PathBuf> {
     cargo(
         root,
         &[
@@ -294,8 +319,7 @@ fn bench_router(root: &Path) -> Result<()> {
             "surety",
         ],
     )?;
-    let surety = target_dir(root).join("release/surety");
-    bench(root, "router", &[("SURETY_BIN", surety.as_os_str())])
+    Ok(target_dir(root).join("release/surety"))
 }
 
 fn target_dir(root: &Path) -> PathBuf {

@@ -49,6 +49,10 @@ pub struct Script {
     /// that first answer again, as a provider that honours the header does.
     #[serde(default)]
     pub replay_by_key: bool,
+    /// Keeps the counts only, not each request ([`FakeProvider::requests`]
+    /// stays empty): for long load runs.
+    #[serde(default)]
+    pub counts_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -145,6 +149,7 @@ impl Default for Script {
             models_status: None,
             answer_model: None,
             replay_by_key: false,
+            counts_only: false,
         }
     }
 }
@@ -303,6 +308,11 @@ impl FakeProvider {
         lock(&self.shared.log).by_key.get(key).copied().unwrap_or(0)
     }
 
+    /// Chat calls received per idempotency key.
+    pub fn calls_by_key(&self) -> HashMap<String, u64> {
+        lock(&self.shared.log).by_key.clone()
+    }
+
     /// Bytes of `Huge` bodies the fake has made, that is, that a client read
     /// (or that sat in buffers on their way).
     pub fn bytes_streamed(&self) -> u64 {
@@ -395,14 +405,16 @@ fn plan(
     if let Some(key) = &key {
         *log.by_key.entry(key.clone()).or_default() += 1;
     }
-    log.requests.push(Recorded {
-        format,
-        model: model.clone(),
-        idempotency_key: key.clone(),
-        body: body.clone(),
-        raw: String::from_utf8_lossy(raw).into_owned(),
-    });
     let script = read(&shared.script);
+    if !script.counts_only {
+        log.requests.push(Recorded {
+            format,
+            model: model.clone(),
+            idempotency_key: key.clone(),
+            body: body.clone(),
+            raw: String::from_utf8_lossy(raw).into_owned(),
+        });
+    }
     let replay = match (&key, script.replay_by_key) {
         (Some(key), true) => log.answered.get(key).cloned(),
         _ => None,

@@ -447,3 +447,78 @@ async fn schemathesis_finds_nothing_in_the_openapi_document() {
     assert!(output.status.success(), "{report}");
     assert!(!report.contains("Server error"), "{report}");
 }
+
+/// kill -9 five times under a load of eight clients (each kill waits for
+/// the provider to have seen more work, so it lands mid-load, with the
+/// writer group-committing), restarting each time; the clients retry what
+/// was never acknowledged with the same key. Afterwards every acknowledged
+/// job is stored with its input, no intent reached the provider twice,
+/// every interrupted attempt is `unknown`, and SQLite is intact.
+async fn crash_loop(engine: Engine) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use surety_tests::chaos::{self, Load, RouterProcess};
+    let Some(db) = TestDb::new(engine).await else {
+        return;
+    };
+    let fake = FakeProvider::start(
+        Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
+            .rule_with_latency(
+                When::Always,
+                Behavior::Reply(json!({"language": "english"}).to_string()),
+                Latency::FixedMs(10),
+            ),
+    )
+    .await
+    .unwrap();
+    let dir = chaos::workspace(&repo(), &db.url, &fake, "lease_ms = 60000\n");
+    let bin = Path::new(env!("CARGO_BIN_EXE_surety"));
+    let mut router = RouterProcess::start(bin, dir.path()).await;
+    let (targets, watching) = tokio::sync::watch::channel(vec![router.base.clone()]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = Load {
+        api_key: chaos::KEY.to_owned(),
+        clients: 8,
+        prefix: "crash".to_owned(),
+        wait: Some(5),
+        text: |n| format!("Hello there, number {n}"),
+    };
+    let (books, mut clients) = load.spawn(watching, stop.clone());
+    for _ in 0..5 {
+        let more = fake.calls() + 20;
+        assert!(
+            fake.wait_for_calls(more, Duration::from_secs(30)).await,
+            "the load goes on"
+        );
+        router.kill().await;
+        router = RouterProcess::start(bin, dir.path()).await;
+        targets.send_replace(vec![router.base.clone()]);
+    }
+    let more = fake.calls() + 20;
+    assert!(fake.wait_for_calls(more, Duration::from_secs(30)).await);
+    stop.store(true, Ordering::Release);
+    while clients.join_next().await.is_some() {}
+    router.kill().await;
+    // The killed routers' leases run out (rewound rather than waited for);
+    // the next router turns their attempts unknown before it serves.
+    db.exec("UPDATE attempts SET lease_expires_at_ms = lease_expires_at_ms - 3600000 WHERE state = 'started'").await;
+    let _last = RouterProcess::start(bin, dir.path()).await;
+    let audit = chaos::audit(&db, "acme", &books, &fake, None).await;
+    assert!(audit.acknowledged >= 100, "{audit:?}");
+    assert_eq!(audit.lost, 0, "{audit:?}");
+    assert_eq!(audit.max_calls_per_intent, 1, "{audit:?}");
+    assert!(!audit.attempts.contains_key("started"), "{audit:?}");
+    if engine == Engine::Sqlite {
+        assert_eq!(chaos::integrity(&db).await, "ok");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_loop_loses_nothing_and_calls_nobody_twice_sqlite() {
+    crash_loop(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_loop_loses_nothing_and_calls_nobody_twice_postgres() {
+    crash_loop(Engine::Postgres).await;
+}

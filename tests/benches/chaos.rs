@@ -1,0 +1,706 @@
+//! `cargo xtask chaos`: the release `surety serve` under load while faults
+//! are injected, on SQLite and on PostgreSQL, then the books: every job a
+//! client saw acknowledged must be in the database with its input, and no
+//! intent may have reached the provider twice. One table to stdout, every
+//! figure to `$SURETY_CHAOS_OUT` (default `target/chaos/report.json`); the
+//! exit code is 1 when a job was lost, an intent was called twice, SQLite
+//! failed `integrity_check`, or a stated bound (WAL, RSS) was passed.
+//!
+//! `SURETY_CHAOS_SECS` sets a scenario's length (10 by default),
+//! `SURETY_CHAOS_SUSTAINED_SECS` the SQLite sustained-load run's (120),
+//! `SURETY_CHAOS_SCENARIOS` / `SURETY_CHAOS_ENGINES` choose a part.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
+use surety_tests::chaos::{self, Audit, Books, FLOOD_KEY, KEY, Load, RouterProcess};
+use surety_tests::{Engine, TestDb};
+
+/// The WAL may not pass this (the store's bound: a RESTART checkpoint past
+/// 64 MiB).
+const WAL_BOUND: u64 = 64 << 20;
+/// The router's resident memory may not pass this, whatever providers send.
+const RSS_BOUND_KIB: u64 = 256 << 10;
+/// Every scenario's router: short leases, so a killed router's attempts
+/// turn `unknown` within the run; a short attempt timeout for the hostile
+/// providers.
+const SERVER: &str = "lease_ms = 2000\nattempt_timeout_ms = 3000\n";
+
+#[derive(Debug, Serialize)]
+struct Row {
+    fault: &'static str,
+    engine: &'static str,
+    requests: u64,
+    #[serde(flatten)]
+    audit: Audit,
+    answers: String,
+    p99_ms: f64,
+    peak_rss_mib: f64,
+    integrity: Option<String>,
+    notes: String,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    series: Value,
+    failed: Vec<String>,
+}
+
+fn env_secs(var: &str, default: f64) -> Duration {
+    Duration::from_secs_f64(
+        std::env::var(var)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+fn chosen(var: &str, name: &str) -> bool {
+    std::env::var(var).map_or(true, |list| list.split(',').any(|n| n.trim() == name))
+}
+
+/// The routers of a scenario and where the load finds them.
+struct Cluster {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    routers: Vec<RouterProcess>,
+    targets: tokio::sync::watch::Sender<Vec<String>>,
+    peak_rss_kib: u64,
+    restarts: u32,
+}
+
+impl Cluster {
+    async fn start(bin: &Path, dir: tempfile::TempDir, replicas: usize) -> Cluster {
+        let mut routers = Vec::new();
+        for _ in 0..replicas {
+            routers.push(RouterProcess::start(bin, dir.path()).await);
+        }
+        let (targets, _) =
+            tokio::sync::watch::channel(routers.iter().map(|r| r.base.clone()).collect());
+        Cluster {
+            bin: bin.to_owned(),
+            dir,
+            routers,
+            targets,
+            peak_rss_kib: 0,
+            restarts: 0,
+        }
+    }
+
+    fn rss(&mut self) -> u64 {
+        for router in &self.routers {
+            self.peak_rss_kib = self.peak_rss_kib.max(router.peak_rss_kib());
+        }
+        self.peak_rss_kib
+    }
+
+    /// SIGKILL router `i` and start it again (on a new port).
+    async fn kill_and_restart(&mut self, i: usize) {
+        self.rss();
+        let old = std::mem::replace(
+            &mut self.routers[i],
+            RouterProcess::start(&self.bin, self.dir.path()).await,
+        );
+        // Killed after its successor listens: the load never finds no router.
+        old.kill().await;
+        self.restarts += 1;
+        self.targets
+            .send_replace(self.routers.iter().map(|r| r.base.clone()).collect());
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let text = reqwest::get(format!("{}/metrics", self.routers[0].base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// A running load and its books.
+struct Running {
+    books: Arc<Books>,
+    stop: Arc<AtomicBool>,
+    clients: tokio::task::JoinSet<()>,
+}
+
+impl Running {
+    fn start(cluster: &Cluster, load: Load) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (books, clients) = load.spawn(cluster.targets.subscribe(), stop.clone());
+        Running {
+            books,
+            stop,
+            clients,
+        }
+    }
+
+    async fn stop(mut self) -> Arc<Books> {
+        self.stop.store(true, Ordering::Release);
+        while self.clients.join_next().await.is_some() {}
+        self.books
+    }
+}
+
+fn hello(n: u64) -> String {
+    format!("Hello there, number {n}")
+}
+
+fn acme(clients: usize, prefix: &str, text: fn(u64) -> String) -> Load {
+    Load {
+        api_key: KEY.to_owned(),
+        clients,
+        prefix: prefix.to_owned(),
+        wait: Some(5),
+        text,
+    }
+}
+
+/// After the load: once no attempt is `started` any more (the live
+/// router's reaper turns a killed router's into `unknown` when their 2 s
+/// leases end), the books are audited.
+async fn settle_and_audit(
+    db: &TestDb,
+    books: &Books,
+    fake: &FakeProvider,
+    retention: Option<Duration>,
+) -> (Audit, bool) {
+    let settled = tokio::time::timeout(Duration::from_secs(30), async {
+        while db
+            .count("SELECT COUNT(*) FROM attempts WHERE state = 'started'")
+            .await
+            > 0
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .is_ok();
+    (
+        chaos::audit(db, "acme", books, fake, retention).await,
+        settled,
+    )
+}
+
+struct Scenario<'a> {
+    fault: &'static str,
+    engine: Engine,
+    bin: &'a Path,
+    repo: &'a Path,
+    length: Duration,
+    /// The router's retention, where the scenario sets one.
+    retention: Option<Duration>,
+}
+
+impl Scenario<'_> {
+    fn engine_name(&self) -> &'static str {
+        match self.engine {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgres",
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn row(
+        &self,
+        db: &TestDb,
+        fake: &FakeProvider,
+        cluster: &mut Cluster,
+        books: &Books,
+        notes: String,
+        series: Value,
+        mut failed: Vec<String>,
+    ) -> Row {
+        let (audit, settled) = settle_and_audit(db, books, fake, self.retention).await;
+        if !settled {
+            failed.push("attempts still `started` 30 s after the load".to_owned());
+        }
+        if audit.lost > 0 {
+            failed.push(format!("{} acknowledged jobs lost", audit.lost));
+        }
+        if audit.max_calls_per_intent > 1 {
+            failed.push(format!(
+                "an intent reached the provider {} times",
+                audit.max_calls_per_intent
+            ));
+        }
+        let integrity = match self.engine {
+            Engine::Sqlite => Some(chaos::integrity(db).await),
+            Engine::Postgres => None,
+        };
+        if integrity.as_deref().is_some_and(|i| i != "ok") {
+            failed.push(format!("integrity_check: {integrity:?}"));
+        }
+        let peak = cluster.rss();
+        Row {
+            fault: self.fault,
+            engine: self.engine_name(),
+            requests: books.requests.load(Ordering::Relaxed),
+            audit,
+            answers: books.answers_line(),
+            p99_ms: books.p99_ms(),
+            peak_rss_mib: peak as f64 / 1024.0,
+            integrity,
+            notes,
+            series,
+            failed,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let bin = PathBuf::from(
+        std::env::var("SURETY_BIN").expect("SURETY_BIN: run through `cargo xtask chaos`"),
+    );
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let length = env_secs("SURETY_CHAOS_SECS", 10.0);
+    let sustained = env_secs("SURETY_CHAOS_SUSTAINED_SECS", 120.0);
+    let mut rows: Vec<Row> = Vec::new();
+    println!("chaos: {length:?} per scenario, {sustained:?} of sustained load on SQLite");
+    let started = Instant::now();
+    let progress = |rows: &[Row]| {
+        if let Some(r) = rows.last() {
+            eprintln!(
+                "chaos: {} on {} done at {:?}",
+                r.fault,
+                r.engine,
+                started.elapsed()
+            );
+        }
+    };
+    for engine in [Engine::Sqlite, Engine::Postgres] {
+        let scenario = |fault: &'static str| Scenario {
+            fault,
+            engine,
+            bin: &bin,
+            repo: &repo,
+            length,
+            retention: None,
+        };
+        let name = scenario("").engine_name();
+        if !chosen("SURETY_CHAOS_ENGINES", name) {
+            continue;
+        }
+        let picked = |fault: &str| chosen("SURETY_CHAOS_SCENARIOS", fault);
+        if picked("crash-loop") {
+            rows.push(crash_loop(&scenario("crash-loop")).await);
+            progress(&rows);
+        }
+        if engine == Engine::Postgres && picked("database-outage") {
+            rows.push(database_outage(&scenario("database-outage")).await);
+            progress(&rows);
+        }
+        if engine == Engine::Sqlite && picked("database-full") {
+            let retention = Some(Duration::from_secs(3));
+            rows.push(
+                database_full(&Scenario {
+                    retention,
+                    ..scenario("database-full")
+                })
+                .await,
+            );
+            progress(&rows);
+        }
+        if picked("hostile-providers") {
+            rows.push(hostile_providers(&scenario("hostile-providers")).await);
+            progress(&rows);
+        }
+        if picked("hostile-clients") {
+            rows.push(hostile_clients(&scenario("hostile-clients")).await);
+            progress(&rows);
+        }
+        if picked("sustained") {
+            let run = match engine {
+                Engine::Sqlite => sustained,
+                Engine::Postgres => length * 3,
+            };
+            rows.push(
+                sustained_load(&Scenario {
+                    length: run,
+                    ..scenario("sustained")
+                })
+                .await,
+            );
+            progress(&rows);
+        }
+    }
+    print_table(&rows);
+    let out = std::env::var("SURETY_CHAOS_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo.join("target/chaos/report.json"));
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&rows).unwrap()).unwrap();
+    println!("report: {}", out.display());
+    let failed: Vec<String> = rows
+        .iter()
+        .flat_map(|r| {
+            r.failed
+                .iter()
+                .map(move |f| format!("{} on {}: {f}", r.fault, r.engine))
+        })
+        .collect();
+    if !failed.is_empty() {
+        for f in &failed {
+            println!("FAILED {f}");
+        }
+        std::process::exit(1);
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<18} {:<9} {:>8} {:>8} {:>5} {:>6} {:>9} {:>9}  {:<40} notes",
+        "fault", "engine", "requests", "acked", "lost", "calls", "p99 ms", "RSS MiB", "answers"
+    );
+    for r in rows {
+        println!(
+            "{:<18} {:<9} {:>8} {:>8} {:>5} {:>6} {:>9.1} {:>9.1}  {:<40} {}",
+            r.fault,
+            r.engine,
+            r.requests,
+            r.audit.acknowledged,
+            r.audit.lost,
+            r.audit.max_calls_per_intent,
+            r.p99_ms,
+            r.peak_rss_mib,
+            r.answers,
+            r.notes
+        );
+    }
+}
+
+/// The provider answers after 20 ms, so kills and outages find attempts
+/// in flight.
+async fn answering_fake() -> FakeProvider {
+    FakeProvider::start(Script {
+        counts_only: true,
+        ..Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
+            .rule_with_latency(
+                When::Always,
+                Behavior::Reply(json!({"language": "english"}).to_string()),
+                Latency::FixedMs(20),
+            )
+    })
+    .await
+    .unwrap()
+}
+
+/// kill -9 at random moments (the writer group-commits 16 clients' jobs
+/// most of the time), 20 times, each followed by a restart.
+async fn crash_loop(s: &Scenario<'_>) -> Row {
+    use rand::Rng;
+    let db = TestDb::new(s.engine).await.unwrap();
+    let fake = answering_fake().await;
+    let dir = chaos::workspace(s.repo, &db.url, &fake, SERVER);
+    let mut cluster = Cluster::start(s.bin, dir, 1).await;
+    let load = Running::start(&cluster, acme(16, "crash", hello));
+    let every = s.length / 20;
+    for _ in 0..20 {
+        let pause = rand::rng().random_range(every / 4..every.max(Duration::from_millis(2)));
+        tokio::time::sleep(pause).await;
+        cluster.kill_and_restart(0).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let books = load.stop().await;
+    let unknown = format!("{} kills and restarts", cluster.restarts);
+    s.row(
+        &db,
+        &fake,
+        &mut cluster,
+        &books,
+        unknown,
+        Value::Null,
+        Vec::new(),
+    )
+    .await
+}
+
+/// PostgreSQL goes away for 4 s under two replicas (every connection
+/// terminated, new ones refused), then comes back.
+async fn database_outage(s: &Scenario<'_>) -> Row {
+    let db = TestDb::own_postgres().await.unwrap();
+    let fake = answering_fake().await;
+    let dir = chaos::workspace(
+        s.repo,
+        &db.url,
+        &fake,
+        &format!("{SERVER}database_timeout_ms = 1000\n"),
+    );
+    let mut cluster = Cluster::start(s.bin, dir, 2).await;
+    let load = Running::start(&cluster, acme(16, "outage", hello));
+    tokio::time::sleep(s.length / 3).await;
+    db.take_away().await;
+    let away = Instant::now();
+    let mut ready_said_down = false;
+    while away.elapsed() < Duration::from_secs(4) {
+        let ready: Value = reqwest::get(format!("{}/readyz", cluster.routers[1].base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap_or(Value::Null);
+        ready_said_down |= ready["database"] == "down";
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let held = cluster.metric("surety_results_held").await;
+    db.bring_back().await;
+    tokio::time::sleep(s.length / 2).await;
+    let books = load.stop().await;
+    let mut failed = Vec::new();
+    if !ready_said_down {
+        failed.push("/readyz never said the database was down".to_owned());
+    }
+    let notes = format!(
+        "2 replicas; down 4 s; /readyz said down: {ready_said_down}; answers held at once on one replica: {held}"
+    );
+    s.row(&db, &fake, &mut cluster, &books, notes, Value::Null, failed)
+        .await
+}
+
+/// SQLite capped at 2 MiB with a 3 s retention: it fills, refuses new
+/// jobs (507), and serves again as the pruner frees room.
+async fn database_full(s: &Scenario<'_>) -> Row {
+    let db = TestDb::new(s.engine).await.unwrap();
+    let fake = answering_fake().await;
+    let retention = s.retention.unwrap_or_default().as_millis();
+    let server = format!("{SERVER}sqlite_max_bytes = 2097152\nretention_ms = {retention}\n");
+    let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
+    let mut cluster = Cluster::start(s.bin, dir, 1).await;
+    let load = Running::start(
+        &cluster,
+        acme(16, "full", |n| format!("{} {n}", "x".repeat(4000))),
+    );
+    tokio::time::sleep(s.length * 2).await;
+    let pruned = cluster.metric("surety_pruned_jobs_total").await;
+    let books = load.stop().await;
+    let mut failed = Vec::new();
+    if !books.answers_line().contains("507:") {
+        failed.push("the database never filled".to_owned());
+    }
+    let notes = format!("capped at 2 MiB, retention 3 s; pruned {pruned} jobs");
+    s.row(&db, &fake, &mut cluster, &books, notes, Value::Null, failed)
+        .await
+}
+
+/// One request in ten meets a hostile provider: a 300 MiB body, a byte a
+/// second, no answer at all, or a reset connection.
+async fn hostile_providers(s: &Scenario<'_>) -> Row {
+    let db = TestDb::new(s.engine).await.unwrap();
+    let ok = Behavior::Reply(json!({"language": "english"}).to_string());
+    let fake = FakeProvider::start(Script {
+        counts_only: true,
+        ..Script::always(ok)
+            .rule(
+                When::PromptContains("huge".to_owned()),
+                Behavior::Huge { bytes: 300 << 20 },
+            )
+            .rule(
+                When::PromptContains("drip".to_owned()),
+                Behavior::Drip { every_ms: 1000 },
+            )
+            .rule(When::PromptContains("hang".to_owned()), Behavior::Hang)
+            .rule(
+                When::PromptContains("reset".to_owned()),
+                Behavior::ResetAfter { bytes: 0 },
+            )
+    })
+    .await
+    .unwrap();
+    let dir = chaos::workspace(s.repo, &db.url, &fake, SERVER);
+    let mut cluster = Cluster::start(s.bin, dir, 1).await;
+    let text = |n: u64| {
+        let kind = match n % 10 {
+            1 => "huge",
+            3 => "drip",
+            5 => "hang",
+            7 => "reset",
+            _ => "fine",
+        };
+        format!("Hello, {kind} {n}")
+    };
+    let load = Running::start(&cluster, acme(16, "hostile", text));
+    tokio::time::sleep(s.length).await;
+    let books = load.stop().await;
+    let peak = cluster.rss();
+    let mut failed = Vec::new();
+    if peak > RSS_BOUND_KIB {
+        failed.push(format!(
+            "RSS reached {} MiB, past the bound of {} MiB",
+            peak / 1024,
+            RSS_BOUND_KIB / 1024
+        ));
+    }
+    let notes = format!(
+        "RSS bound {} MiB; provider bytes sent {} MiB",
+        RSS_BOUND_KIB / 1024,
+        fake.bytes_streamed() >> 20
+    );
+    s.row(&db, &fake, &mut cluster, &books, notes, Value::Null, failed)
+        .await
+}
+
+/// 2,000 idle connections and 100 slowloris clients (reconnecting as soon
+/// as they are closed) against a limit of 1,024 connections, and an owner
+/// flooding past its limits, while `acme` sends its jobs.
+async fn hostile_clients(s: &Scenario<'_>) -> Row {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = TestDb::new(s.engine).await.unwrap();
+    let fake = answering_fake().await;
+    let server = format!(
+        "{SERVER}max_connections = 1024\nrequest_read_timeout_ms = 1000\n\
+         owner_requests_per_second = 400\nowner_burst = 400\nowner_max_in_flight = 16\n"
+    );
+    let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
+    let mut cluster = Cluster::start(s.bin, dir, 1).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut hostile = tokio::task::JoinSet::new();
+    let addr = cluster.routers[0]
+        .base
+        .trim_start_matches("http://")
+        .to_owned();
+    for i in 0..2100 {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        hostile.spawn(async move {
+            let mut opened = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                opened += 1;
+                if i < 100 {
+                    let _ = stream
+                        .write_all(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                        .await;
+                }
+                let mut sink = [0u8; 512];
+                // Held until the server closes it (or the scenario ends).
+                let _ = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut sink)).await;
+            }
+            opened
+        });
+    }
+    let flood = Running::start(
+        &cluster,
+        Load {
+            api_key: FLOOD_KEY.to_owned(),
+            clients: 64,
+            prefix: "flood".to_owned(),
+            wait: None,
+            text: hello,
+        },
+    );
+    let load = Running::start(&cluster, acme(8, "calm", hello));
+    tokio::time::sleep(s.length).await;
+    let books = load.stop().await;
+    let flooded = flood.stop().await;
+    stop.store(true, Ordering::Release);
+    let mut reconnects = 0;
+    while let Some(opened) = hostile.join_next().await {
+        reconnects += opened.unwrap_or(0);
+    }
+    let mut failed = Vec::new();
+    if books.answers_line().contains("429") {
+        failed.push("the calm owner was rate limited".to_owned());
+    }
+    if !flooded.answers_line().contains("429") {
+        failed.push("the flooding owner was never limited".to_owned());
+    }
+    let notes = format!(
+        "2,000 idle + 100 slowloris (opened {reconnects} times), limit 1,024; flood: {}",
+        flooded.answers_line()
+    );
+    s.row(&db, &fake, &mut cluster, &books, notes, Value::Null, failed)
+        .await
+}
+
+/// Full load (64 clients, the provider answering at once) for the whole
+/// length, with a retention short enough that pruning runs for most of it:
+/// the WAL and the database sampled every 5 s, p99 before and while
+/// pruning.
+async fn sustained_load(s: &Scenario<'_>) -> Row {
+    let db = TestDb::new(s.engine).await.unwrap();
+    let fake = FakeProvider::start(Script {
+        counts_only: true,
+        ..Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
+    })
+    .await
+    .unwrap();
+    let retention = s.retention.unwrap_or(s.length);
+    let server = format!("{SERVER}retention_ms = {}\n", retention.as_millis());
+    let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
+    let mut cluster = Cluster::start(s.bin, dir, 1).await;
+    let load = Running::start(&cluster, acme(64, "sustained", hello));
+    let (file, wal) = chaos::sqlite_files(&db);
+    let began = Instant::now();
+    let mut series = Vec::new();
+    let (mut wal_peak, mut pruning_from) = (0u64, None);
+    while began.elapsed() < s.length {
+        // The WAL's peak every 100 ms, the rest every 5 s.
+        let sample = Instant::now();
+        while sample.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            wal_peak = wal_peak.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+        let (wal_bytes, db_bytes) = match s.engine {
+            Engine::Sqlite => (
+                std::fs::metadata(&wal).map_or(0, |m| m.len()),
+                std::fs::metadata(&file).map_or(0, |m| m.len()),
+            ),
+            Engine::Postgres => (
+                0,
+                db.count("SELECT CAST(pg_total_relation_size('jobs') + pg_total_relation_size('attempts') AS BIGINT)")
+                    .await as u64,
+            ),
+        };
+        let pruned = cluster.metric("surety_pruned_jobs_total").await;
+        if pruned > 0.0 && pruning_from.is_none() {
+            pruning_from = Some(began.elapsed());
+        }
+        wal_peak = wal_peak.max(wal_bytes);
+        series.push(json!({
+            "at_s": began.elapsed().as_secs(),
+            "wal_bytes": wal_bytes,
+            "db_bytes": db_bytes,
+            "jobs_pruned": pruned,
+            "requests": load.books.requests.load(Ordering::Relaxed),
+        }));
+    }
+    let books = load.stop().await;
+    let before = books.p99_ms_between(Duration::from_secs(2), pruning_from.unwrap_or(s.length));
+    let during = pruning_from.map(|from| books.p99_ms_between(from, s.length));
+    let mut failed = Vec::new();
+    if wal_peak > WAL_BOUND {
+        failed.push(format!(
+            "the WAL reached {} MiB, past {} MiB",
+            wal_peak >> 20,
+            WAL_BOUND >> 20
+        ));
+    }
+    let last = series.last().cloned().unwrap_or(Value::Null);
+    let notes = format!(
+        "{:.0} s; WAL peak {:.1} MiB (bound {} MiB); db {:.1} MiB at the end; retention {} s, pruned {}; p99 {before:.1} ms before pruning, {} while pruning",
+        s.length.as_secs_f64(),
+        wal_peak as f64 / (1 << 20) as f64,
+        WAL_BOUND >> 20,
+        last["db_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
+        retention.as_secs(),
+        last["jobs_pruned"],
+        during.map_or("-".to_owned(), |d| format!("{d:.1} ms"))
+    );
+    let series = json!({"samples": series, "p99_ms_before_pruning": before, "p99_ms_while_pruning": during, "wal_peak_bytes": wal_peak});
+    s.row(&db, &fake, &mut cluster, &books, notes, series, failed)
+        .await
+}

@@ -1,0 +1,421 @@
+//! Faults under load against the real `surety serve` binary: a router
+//! process that can be killed and restarted, a load of clients that keep
+//! the books (every acknowledged job, every answer by status, latencies),
+//! and the audit of those books against the database and the provider's
+//! own count of calls. Used by `cargo xtask chaos` (`benches/chaos.rs`) and
+//! by the suite's shorter fault tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+use surety_fake_provider::FakeProvider;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::TestDb;
+
+/// The API key of the owner whose jobs the books follow.
+pub const KEY: &str = "chaos-acme";
+/// The API key of an owner that floods.
+pub const FLOOD_KEY: &str = "chaos-flood";
+
+/// A directory with `surety.toml` (one route, `language`, to the fake as
+/// `fake-a`; owners `acme` and `flood`; `server` added to `[server]`) and a
+/// manifest certifying it.
+pub fn workspace(
+    repo: &Path,
+    db_url: &str,
+    fake: &FakeProvider,
+    server: &str,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let contract = surety_contracts::Contract::load(&repo.join("contracts/language-detect"))
+        .expect("the contract");
+    let now = time::OffsetDateTime::now_utc();
+    let mut manifest = surety_manifest::Manifest::new(now);
+    let hash = |key: &str| hex::encode(Sha256::digest(key.as_bytes()));
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
+         [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
+         [[api_keys]]\nowner = \"flood\"\nsha256 = \"{}\"\n\
+         [providers.fake-a]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"a\"\ncontext_window = 16000\n\
+         [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n",
+        db_url,
+        dir.path().join("manifest.json").display(),
+        repo.join("contracts").display(),
+        hash(KEY),
+        hash(FLOOD_KEY),
+        fake.openai_base_url()
+    );
+    let parsed = surety_router::RouterConfig::from_toml(&config).expect("a valid config");
+    manifest.entries.push(crate::certified_entry(
+        &parsed.providers["fake-a"],
+        &contract,
+        now + time::Duration::days(1),
+    ));
+    manifest
+        .write(&dir.path().join("manifest.json"))
+        .expect("the manifest");
+    std::fs::write(dir.path().join("surety.toml"), config).expect("the config");
+    dir
+}
+
+/// A running `surety serve`.
+#[derive(Debug)]
+pub struct RouterProcess {
+    child: tokio::process::Child,
+    pub base: String,
+    pub pid: u32,
+}
+
+impl RouterProcess {
+    /// Starts `bin serve --config <dir>/surety.toml` and waits until it listens.
+    pub async fn start(bin: &Path, dir: &Path) -> RouterProcess {
+        let mut child = tokio::process::Command::new(bin)
+            .args(["serve", "--config"])
+            .arg(dir.join("surety.toml"))
+            .env("RUST_LOG", "warn,surety=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("surety serve starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("its log")).lines();
+        let mut base = None;
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("surety serving")
+                && let Some(addr) = line
+                    .split(|c: char| c.is_whitespace() || c == '"' || c == '=' || c == ',')
+                    .find(|w| w.starts_with("127.0.0.1:"))
+            {
+                base = Some(format!("http://{addr}"));
+                break;
+            }
+        }
+        // Keep reading its log so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        RouterProcess {
+            pid: child.id().expect("a pid"),
+            child,
+            base: base.expect("surety serve said where it listens"),
+        }
+    }
+
+    /// Its peak resident memory so far, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        peak_rss_kib(self.pid)
+    }
+
+    /// SIGKILL: no shutdown, no cleanup. Returns its peak RSS in KiB.
+    pub async fn kill(mut self) -> u64 {
+        let peak = self.peak_rss_kib();
+        self.child.kill().await.expect("SIGKILL");
+        peak
+    }
+}
+
+/// `VmHWM` of process `pid`, in KiB; 0 where it cannot be read.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// What the clients saw: every acknowledged job, every answer by status.
+#[derive(Debug)]
+pub struct Books {
+    /// Idempotency-Key → (job id, input, when the request that got it was
+    /// sent) for every 200/201/202 with an id.
+    pub acknowledged: Mutex<BTreeMap<String, (String, Value, Instant)>>,
+    /// Status (or `conn` for a connection that failed) → count.
+    pub answers: Mutex<BTreeMap<String, u64>>,
+    /// Per answered request: when it was answered (ms since the load
+    /// began) and how long it took (µs).
+    pub latencies: Mutex<Vec<(u64, u64)>>,
+    pub requests: AtomicU64,
+    pub began: Instant,
+}
+
+impl Books {
+    fn new() -> Books {
+        Books {
+            acknowledged: Mutex::default(),
+            answers: Mutex::default(),
+            latencies: Mutex::default(),
+            requests: AtomicU64::new(0),
+            began: Instant::now(),
+        }
+    }
+
+    fn answered(&self, status: &str, micros: Option<u64>) {
+        *lock(&self.answers).entry(status.to_owned()).or_default() += 1;
+        if let Some(micros) = micros {
+            let at = self.began.elapsed().as_millis() as u64;
+            lock(&self.latencies).push((at, micros));
+        }
+    }
+
+    /// The 99th percentile latency of the requests answered between `from`
+    /// and `to` after the load began, in ms.
+    pub fn p99_ms_between(&self, from: Duration, to: Duration) -> f64 {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (from, to) = (ms(from), ms(to));
+        let mut l: Vec<u64> = lock(&self.latencies)
+            .iter()
+            .filter(|(at, _)| (from..to).contains(at))
+            .map(|(_, micros)| *micros)
+            .collect();
+        l.sort_unstable();
+        l.get(((l.len() as f64 - 1.0) * 0.99).round() as usize)
+            .copied()
+            .unwrap_or(0) as f64
+            / 1000.0
+    }
+
+    /// The answers by status, as `201:950 503:12`.
+    pub fn answers_line(&self) -> String {
+        lock(&self.answers)
+            .iter()
+            .map(|(status, n)| format!("{status}:{n}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The 99th percentile latency of every answered request, in ms.
+    pub fn p99_ms(&self) -> f64 {
+        self.p99_ms_between(Duration::ZERO, Duration::MAX)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A load: `clients` closed-loop clients of one owner, each sending new
+/// intents (`<prefix>-<n>`) and, until it is acknowledged, the same intent
+/// again with the same key, as a careful client does when the router is
+/// down or says to retry.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub api_key: String,
+    pub clients: usize,
+    pub prefix: String,
+    /// `Prefer: wait` in seconds; `None` answers at once.
+    pub wait: Option<u64>,
+    /// The input text of intent n.
+    pub text: fn(u64) -> String,
+}
+
+/// Where the load goes: the routers' base URLs, changed as they restart.
+pub type Targets = tokio::sync::watch::Receiver<Vec<String>>;
+
+impl Load {
+    /// Runs until `stop` is set; a client finishes the intent it is on only
+    /// if it is acknowledged first (an intent never acknowledged is no loss).
+    pub fn spawn(
+        self,
+        targets: Targets,
+        stop: Arc<AtomicBool>,
+    ) -> (Arc<Books>, tokio::task::JoinSet<()>) {
+        let books = Arc::new(Books::new());
+        let next = Arc::new(AtomicU64::new(0));
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(256)
+            .build()
+            .expect("an HTTP client");
+        let mut clients = tokio::task::JoinSet::new();
+        for i in 0..self.clients {
+            let (load, books, next, client, targets, stop) = (
+                self.clone(),
+                books.clone(),
+                next.clone(),
+                client.clone(),
+                targets.clone(),
+                stop.clone(),
+            );
+            clients.spawn(async move {
+                while !stop.load(Ordering::Acquire) {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    load.one_intent(i, n, &client, &targets, &books, &stop)
+                        .await;
+                }
+            });
+        }
+        (books, clients)
+    }
+
+    async fn one_intent(
+        &self,
+        client_no: usize,
+        n: u64,
+        client: &reqwest::Client,
+        targets: &Targets,
+        books: &Books,
+        stop: &AtomicBool,
+    ) {
+        let key = format!("{}-{n}", self.prefix);
+        let input = json!({"text": (self.text)(n)});
+        let body = json!({"route": "language", "input": input});
+        while !stop.load(Ordering::Acquire) {
+            let base = {
+                let all = targets.borrow();
+                all.get(client_no % all.len().max(1))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            books.requests.fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
+            let mut request = client
+                .post(format!("{base}/v1/jobs"))
+                .bearer_auth(&self.api_key)
+                .header("Idempotency-Key", &key)
+                .json(&body);
+            if let Some(wait) = self.wait {
+                request = request.header("Prefer", format!("wait={wait}"));
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(_) => {
+                    // The router is down or restarting: the same intent again.
+                    books.answered("conn", None);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+            };
+            let status = response.status().as_u16();
+            let answer: Value = response.json().await.unwrap_or(Value::Null);
+            let micros = started.elapsed().as_micros() as u64;
+            books.answered(&status.to_string(), Some(micros));
+            match (status, answer["id"].as_str()) {
+                (200..=202, Some(id)) => {
+                    lock(&books.acknowledged).insert(key, (id.to_owned(), input, started));
+                    return;
+                }
+                // Nothing recorded (503, 507, 429): the same intent again.
+                _ => tokio::time::sleep(RETRY_PAUSE).await,
+            }
+        }
+    }
+}
+
+/// How long a client waits before it sends an unacknowledged intent again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// The audit of one scenario's books.
+#[derive(Debug, Clone, Serialize)]
+pub struct Audit {
+    pub acknowledged: usize,
+    /// Acknowledged jobs missing from the database, or stored with another
+    /// id or input.
+    pub lost: usize,
+    /// Acknowledged jobs gone because retention allowed it: asked for
+    /// longer than the retention ago, so settled and pruned since.
+    pub past_retention: usize,
+    /// The most provider calls any one intent (job) caused.
+    pub max_calls_per_intent: u64,
+    /// Attempts by state at the end.
+    pub attempts: BTreeMap<String, i64>,
+}
+
+/// Checks `books` against the database and the fake's count of calls. A
+/// job missing is lost unless `retention` allowed it to go: a job settles
+/// no earlier than the request that made it was sent, and is pruned no
+/// earlier than the retention after it settled.
+pub async fn audit(
+    db: &TestDb,
+    owner: &str,
+    books: &Books,
+    fake: &FakeProvider,
+    retention: Option<Duration>,
+) -> Audit {
+    let rows = sqlx::query(&format!(
+        "SELECT idempotency_key, id, input FROM jobs WHERE owner_id = '{owner}'"
+    ))
+    .fetch_all(&db.raw)
+    .await
+    .expect("the jobs");
+    let stored: HashMap<String, (String, Value)> = rows
+        .iter()
+        .map(|row| {
+            let input: String = row.get(2);
+            (
+                row.get::<String, _>(0),
+                (
+                    row.get::<String, _>(1),
+                    serde_json::from_str(&input).unwrap_or(Value::Null),
+                ),
+            )
+        })
+        .collect();
+    let acknowledged = lock(&books.acknowledged).clone();
+    let (mut lost, mut past_retention) = (0, 0);
+    for (key, (id, input, sent)) in &acknowledged {
+        match stored.get(key) {
+            Some((sid, sinput)) if sid == id && sinput == input => {}
+            None if retention.is_some_and(|r| sent.elapsed() > r) => past_retention += 1,
+            _ => lost += 1,
+        }
+    }
+    // The router's key per attempt is `surety-<job id>-<ordinal>`.
+    let mut per_job: HashMap<String, u64> = HashMap::new();
+    for (key, calls) in fake.calls_by_key() {
+        if let Some(job) = key
+            .strip_prefix("surety-")
+            .and_then(|rest| rest.rsplit_once('-'))
+            .map(|(job, _)| job.to_owned())
+        {
+            *per_job.entry(job).or_default() += calls;
+        }
+    }
+    let attempts = sqlx::query("SELECT state, COUNT(*) FROM attempts GROUP BY state")
+        .fetch_all(&db.raw)
+        .await
+        .expect("the attempts")
+        .iter()
+        .map(|row| (row.get::<String, _>(0), row.get::<i64, _>(1)))
+        .collect();
+    Audit {
+        acknowledged: acknowledged.len(),
+        lost,
+        past_retention,
+        max_calls_per_intent: per_job.values().copied().max().unwrap_or(0),
+        attempts,
+    }
+}
+
+/// `PRAGMA integrity_check` of a SQLite test database.
+pub async fn integrity(db: &TestDb) -> String {
+    sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&db.raw)
+        .await
+        .unwrap_or_else(|e| format!("cannot check: {e}"))
+}
+
+/// The SQLite file of a test database's URL, and its WAL beside it.
+pub fn sqlite_files(db: &TestDb) -> (PathBuf, PathBuf) {
+    let path = db
+        .url
+        .trim_start_matches("sqlite:")
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    (PathBuf::from(&path), PathBuf::from(format!("{path}-wal")))
+}
