@@ -19,19 +19,29 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
+use surety_fake_provider::{Behavior, FakeProvider, Script, When};
 use surety_tests::chaos::{self, Audit, Books, FLOOD_KEY, KEY, Load, RouterProcess};
 use surety_tests::{Engine, TestDb};
 
 /// The WAL may not pass this (the store's bound: a RESTART checkpoint past
 /// 64 MiB).
 const WAL_BOUND: u64 = 64 << 20;
+/// New jobs a second in the pruning scenario: a steady load well below
+/// saturation, where a latency means the work of one request.
+const PRUNING_RATE: u32 = 500;
+/// Pruning may raise the p99 at that rate by at most this factor and this
+/// many ms.
+const PRUNING_P99_FACTOR: f64 = 1.25;
+const PRUNING_P99_SLACK_MS: f64 = 2.0;
 /// The router's resident memory may not pass this, whatever providers send.
 const RSS_BOUND_KIB: u64 = 256 << 10;
 /// Every scenario's router: short leases, so a killed router's attempts
 /// turn `unknown` within the run; a short attempt timeout for the hostile
 /// providers.
 const SERVER: &str = "lease_ms = 2000\nattempt_timeout_ms = 3000\n";
+/// The provider answers after this many ms, so kills and outages find
+/// attempts in flight.
+const ANSWER_MS: u64 = 20;
 
 #[derive(Debug, Serialize)]
 struct Row {
@@ -159,6 +169,7 @@ fn acme(clients: usize, prefix: &str, text: fn(u64) -> String) -> Load {
     Load {
         api_key: KEY.to_owned(),
         clients,
+        rate: None,
         prefix: prefix.to_owned(),
         wait: Some(5),
         text,
@@ -324,13 +335,29 @@ async fn main() {
                 Engine::Sqlite => sustained,
                 Engine::Postgres => length * 3,
             };
-            rows.push(
-                sustained_load(&Scenario {
-                    length: run,
-                    ..scenario("sustained")
-                })
-                .await,
-            );
+            // Pruning runs for the last three quarters of the run.
+            let retention = Some(run / 4);
+            let full = acme(64, "sustained", hello);
+            let scenario = Scenario {
+                length: run,
+                retention,
+                ..scenario("sustained")
+            };
+            rows.push(sustained_load(&scenario, full).await);
+            progress(&rows);
+        }
+        if picked("pruning") {
+            let run = length * 4;
+            let steady = Load {
+                rate: Some(PRUNING_RATE),
+                ..acme(0, "pruning", hello)
+            };
+            let scenario = Scenario {
+                length: run,
+                retention: Some(run / 4),
+                ..scenario("pruning")
+            };
+            rows.push(sustained_load(&scenario, steady).await);
             progress(&rows);
         }
     }
@@ -381,28 +408,12 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-/// The provider answers after 20 ms, so kills and outages find attempts
-/// in flight.
-async fn answering_fake() -> FakeProvider {
-    FakeProvider::start(Script {
-        counts_only: true,
-        ..Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
-            .rule_with_latency(
-                When::Always,
-                Behavior::Reply(json!({"language": "english"}).to_string()),
-                Latency::FixedMs(20),
-            )
-    })
-    .await
-    .unwrap()
-}
-
 /// kill -9 at random moments (the writer group-commits 16 clients' jobs
 /// most of the time), 20 times, each followed by a restart.
 async fn crash_loop(s: &Scenario<'_>) -> Row {
     use rand::Rng;
     let db = TestDb::new(s.engine).await.unwrap();
-    let fake = answering_fake().await;
+    let fake = chaos::answering_fake(ANSWER_MS).await;
     let dir = chaos::workspace(s.repo, &db.url, &fake, SERVER);
     let mut cluster = Cluster::start(s.bin, dir, 1).await;
     let load = Running::start(&cluster, acme(16, "crash", hello));
@@ -431,7 +442,7 @@ async fn crash_loop(s: &Scenario<'_>) -> Row {
 /// terminated, new ones refused), then comes back.
 async fn database_outage(s: &Scenario<'_>) -> Row {
     let db = TestDb::own_postgres().await.unwrap();
-    let fake = answering_fake().await;
+    let fake = chaos::answering_fake(ANSWER_MS).await;
     let dir = chaos::workspace(
         s.repo,
         &db.url,
@@ -473,7 +484,7 @@ async fn database_outage(s: &Scenario<'_>) -> Row {
 /// jobs (507), and serves again as the pruner frees room.
 async fn database_full(s: &Scenario<'_>) -> Row {
     let db = TestDb::new(s.engine).await.unwrap();
-    let fake = answering_fake().await;
+    let fake = chaos::answering_fake(ANSWER_MS).await;
     let retention = s.retention.unwrap_or_default().as_millis();
     let server = format!("{SERVER}sqlite_max_bytes = 2097152\nretention_ms = {retention}\n");
     let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
@@ -557,7 +568,7 @@ async fn hostile_providers(s: &Scenario<'_>) -> Row {
 async fn hostile_clients(s: &Scenario<'_>) -> Row {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let db = TestDb::new(s.engine).await.unwrap();
-    let fake = answering_fake().await;
+    let fake = chaos::answering_fake(ANSWER_MS).await;
     let server = format!(
         "{SERVER}max_connections = 1024\nrequest_read_timeout_ms = 1000\n\
          owner_requests_per_second = 400\nowner_burst = 400\nowner_max_in_flight = 16\n"
@@ -597,6 +608,7 @@ async fn hostile_clients(s: &Scenario<'_>) -> Row {
         Load {
             api_key: FLOOD_KEY.to_owned(),
             clients: 64,
+            rate: None,
             prefix: "flood".to_owned(),
             wait: None,
             text: hello,
@@ -626,23 +638,21 @@ async fn hostile_clients(s: &Scenario<'_>) -> Row {
         .await
 }
 
-/// Full load (64 clients, the provider answering at once) for the whole
-/// length, with a retention short enough that pruning runs for most of it:
-/// the WAL and the database sampled every 5 s, p99 before and while
-/// pruning.
-async fn sustained_load(s: &Scenario<'_>) -> Row {
+/// `load` for the whole length (the provider answering at once), with a
+/// retention short enough that pruning runs for most of it: the WAL and
+/// the database sampled every 5 s (the WAL's peak every 100 ms), p99
+/// before and while pruning. At a fixed rate (`load.rate`) the p99 while
+/// pruning is held to a margin; at full load (a closed loop) every delete
+/// is work the saturated writer queues, so it is only reported.
+async fn sustained_load(s: &Scenario<'_>, load: Load) -> Row {
     let db = TestDb::new(s.engine).await.unwrap();
-    let fake = FakeProvider::start(Script {
-        counts_only: true,
-        ..Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
-    })
-    .await
-    .unwrap();
+    let fake = chaos::answering_fake(0).await;
     let retention = s.retention.unwrap_or(s.length);
     let server = format!("{SERVER}retention_ms = {}\n", retention.as_millis());
     let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
     let mut cluster = Cluster::start(s.bin, dir, 1).await;
-    let load = Running::start(&cluster, acme(64, "sustained", hello));
+    let fixed_rate = load.rate.is_some();
+    let load = Running::start(&cluster, load);
     let (file, wal) = chaos::sqlite_files(&db);
     let began = Instant::now();
     let mut series = Vec::new();
@@ -682,6 +692,14 @@ async fn sustained_load(s: &Scenario<'_>) -> Row {
     let before = books.p99_ms_between(Duration::from_secs(2), pruning_from.unwrap_or(s.length));
     let during = pruning_from.map(|from| books.p99_ms_between(from, s.length));
     let mut failed = Vec::new();
+    if let Some(during) = during
+        && fixed_rate
+        && during > before * PRUNING_P99_FACTOR + PRUNING_P99_SLACK_MS
+    {
+        failed.push(format!(
+            "p99 rose from {before:.1} ms to {during:.1} ms while pruning, past {PRUNING_P99_FACTOR}x + {PRUNING_P99_SLACK_MS} ms"
+        ));
+    }
     if wal_peak > WAL_BOUND {
         failed.push(format!(
             "the WAL reached {} MiB, past {} MiB",

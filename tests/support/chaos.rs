@@ -67,6 +67,23 @@ pub fn workspace(
     dir
 }
 
+/// A provider that answers every request after `latency_ms`, counting
+/// calls only (a long run's requests are not kept).
+pub async fn answering_fake(latency_ms: u64) -> FakeProvider {
+    use surety_fake_provider::{Behavior, Latency, Script, When};
+    let english = Behavior::Reply(json!({"language": "english"}).to_string());
+    FakeProvider::start(Script {
+        counts_only: true,
+        ..Script::always(english.clone()).rule_with_latency(
+            When::Always,
+            english,
+            Latency::FixedMs(latency_ms),
+        )
+    })
+    .await
+    .expect("the fake provider starts")
+}
+
 /// A running `surety serve`.
 #[derive(Debug)]
 pub struct RouterProcess {
@@ -207,14 +224,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A load: `clients` closed-loop clients of one owner, each sending new
-/// intents (`<prefix>-<n>`) and, until it is acknowledged, the same intent
-/// again with the same key, as a careful client does when the router is
-/// down or says to retry.
+/// A load: `clients` closed-loop clients of one owner (or, with `rate`,
+/// that many new intents a second, open loop), each sending new intents
+/// (`<prefix>-<n>`) and, until it is acknowledged, the same intent again
+/// with the same key, as a careful client does when the router is down or
+/// says to retry.
 #[derive(Debug, Clone)]
 pub struct Load {
     pub api_key: String,
     pub clients: usize,
+    /// Open loop: new intents per second (`clients` is then unused).
+    pub rate: Option<u32>,
     pub prefix: String,
     /// `Prefer: wait` in seconds; `None` answers at once.
     pub wait: Option<u64>,
@@ -241,6 +261,33 @@ impl Load {
             .build()
             .expect("an HTTP client");
         let mut clients = tokio::task::JoinSet::new();
+        if let Some(rate) = self.rate {
+            // Open loop: a new intent every 1/rate s, whatever the answers.
+            let (load, kept, client, stop) = (self, books.clone(), client, stop);
+            clients.spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
+                let mut intents = tokio::task::JoinSet::new();
+                let mut n = 0;
+                while !stop.load(Ordering::Acquire) {
+                    tick.tick().await;
+                    let (load, books, client, targets, stop) = (
+                        load.clone(),
+                        kept.clone(),
+                        client.clone(),
+                        targets.clone(),
+                        stop.clone(),
+                    );
+                    intents.spawn(async move {
+                        load.one_intent(n as usize, n, &client, &targets, &books, &stop)
+                            .await;
+                    });
+                    n += 1;
+                    while intents.try_join_next().is_some() {}
+                }
+                while intents.join_next().await.is_some() {}
+            });
+            return (books, clients);
+        }
         for i in 0..self.clients {
             let (load, books, next, client, targets, stop) = (
                 self.clone(),

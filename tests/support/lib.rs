@@ -63,6 +63,15 @@ fn with_database(url: &str, name: &str) -> String {
     format!("{server}/{name}{query}")
 }
 
+/// The test's own pool on `url`, for what only a test may do.
+async fn raw_pool(url: &str) -> AnyPool {
+    AnyPoolOptions::new()
+        .max_connections(2)
+        .connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test database: {e}"))
+}
+
 async fn admin(base: &str) -> AnyPool {
     AnyPoolOptions::new()
         .max_connections(1)
@@ -83,11 +92,7 @@ impl TestDb {
             Engine::Sqlite => {
                 let dir = tempfile::tempdir().expect("temporary directory");
                 let url = format!("sqlite:{}?mode=rwc", dir.path().join("surety.db").display());
-                let raw = AnyPoolOptions::new()
-                    .max_connections(2)
-                    .connect(&url)
-                    .await
-                    .expect("open sqlite");
+                let raw = raw_pool(&url).await;
                 Some(TestDb {
                     engine,
                     url,
@@ -122,11 +127,7 @@ impl TestDb {
                 admin.close().await;
                 let sep = if base.contains('?') { '&' } else { '?' };
                 let url = format!("{base}{sep}options[search_path]={schema}");
-                let raw = AnyPoolOptions::new()
-                    .max_connections(2)
-                    .connect(&url)
-                    .await
-                    .expect("connect");
+                let raw = raw_pool(&url).await;
                 Some(TestDb {
                     engine,
                     url,
@@ -154,11 +155,7 @@ impl TestDb {
             .expect("create database");
         admin.close().await;
         let url = with_database(&base, &name);
-        let raw = AnyPoolOptions::new()
-            .max_connections(2)
-            .connect(&url)
-            .await
-            .expect("connect");
+        let raw = raw_pool(&url).await;
         Some(TestDb {
             engine: Engine::Postgres,
             url,

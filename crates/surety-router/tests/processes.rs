@@ -461,16 +461,7 @@ async fn crash_loop(engine: Engine) {
     let Some(db) = TestDb::new(engine).await else {
         return;
     };
-    let fake = FakeProvider::start(
-        Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
-            .rule_with_latency(
-                When::Always,
-                Behavior::Reply(json!({"language": "english"}).to_string()),
-                Latency::FixedMs(10),
-            ),
-    )
-    .await
-    .unwrap();
+    let fake = chaos::answering_fake(10).await;
     let dir = chaos::workspace(&repo(), &db.url, &fake, "lease_ms = 60000\n");
     let bin = Path::new(env!("CARGO_BIN_EXE_surety"));
     let mut router = RouterProcess::start(bin, dir.path()).await;
@@ -479,6 +470,7 @@ async fn crash_loop(engine: Engine) {
     let load = Load {
         api_key: chaos::KEY.to_owned(),
         clients: 8,
+        rate: None,
         prefix: "crash".to_owned(),
         wait: Some(5),
         text: |n| format!("Hello there, number {n}"),
