@@ -709,10 +709,16 @@ async fn sustained_load(s: &Scenario<'_>, load: Load) -> Row {
     }
     let last = series.last().cloned().unwrap_or(Value::Null);
     let notes = format!(
-        "{:.0} s; WAL peak {:.1} MiB (bound {} MiB); db {:.1} MiB at the end; retention {} s, pruned {}; p99 {before:.1} ms before pruning, {} while pruning",
+        "{:.0} s; {}; db {:.1} MiB at the end; retention {} s, pruned {}; p99 {before:.1} ms before pruning, {} while pruning",
         s.length.as_secs_f64(),
-        wal_peak as f64 / (1 << 20) as f64,
-        WAL_BOUND >> 20,
+        match s.engine {
+            Engine::Sqlite => format!(
+                "WAL peak {:.1} MiB (bound {} MiB)",
+                wal_peak as f64 / (1 << 20) as f64,
+                WAL_BOUND >> 20
+            ),
+            Engine::Postgres => "PostgreSQL's own WAL".to_owned(),
+        },
         last["db_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
         retention.as_secs(),
         last["jobs_pruned"],

@@ -797,6 +797,24 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
         doc["components"]["securitySchemes"]["api_key"]["scheme"],
         "bearer"
     );
+    // What reaches the database says it may be away; what records, full.
+    let responses = |path: &str, method: &str| doc["paths"][path][method]["responses"].clone();
+    for (path, method) in [("/v1/jobs", "post"), ("/v1/chat/completions", "post")] {
+        let documented = responses(path, method);
+        assert!(
+            documented["503"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("database"),
+            "{path}"
+        );
+        assert_eq!(
+            documented["507"]["content"], documented["401"]["content"],
+            "{path}"
+        );
+    }
+    assert!(responses("/v1/jobs/{id}", "get")["503"].is_object());
+    assert!(responses("/v1/jobs/{id}", "get")["507"].is_null());
 }
 
 /// One owner flooding is held to its limits (429 with Retry-After) while

@@ -391,6 +391,14 @@ providers = ["fake"]
         assert_eq!(config.contracts, PathBuf::from("contracts"));
         assert_eq!(config.api_keys.len(), 1);
         assert_eq!(config.routes["language"].providers, ["fake"]);
+        assert_eq!(config.retention, Duration::from_secs(24 * 60 * 60));
+        assert_eq!(config.listening.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(
+            config.listening.request_read_timeout,
+            Duration::from_secs(10)
+        );
+        assert_eq!(config.database_timeout, Duration::from_secs(3));
+        assert_eq!(config.sqlite_max_bytes, None);
     }
 
     #[test]
@@ -416,6 +424,26 @@ providers = ["fake"]
                 "manifest = ",
                 "sqlite_synchronous = \"sometimes\"\nmanifest = ",
                 "`server.sqlite_synchronous`",
+            ),
+            (
+                "manifest = ",
+                "sqlite_max_bytes = 4096\nmanifest = ",
+                "`server.sqlite_max_bytes`",
+            ),
+            (
+                "manifest = ",
+                "max_connections = 0\nmanifest = ",
+                "`server.max_connections`",
+            ),
+            (
+                "manifest = ",
+                "retention_ms = 0\nmanifest = ",
+                "`server.retention_ms`",
+            ),
+            (
+                "manifest = ",
+                "request_read_timeout_ms = 0\nmanifest = ",
+                "`server.request_read_timeout_ms`",
             ),
             ("owner = \"acme\"", "owner = \"\"", "`api_keys[0].owner`"),
             (
