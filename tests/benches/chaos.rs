@@ -129,10 +129,7 @@ impl Cluster {
             .text()
             .await
             .unwrap_or_default();
-        text.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        surety_tests::metric_value(&text, name)
     }
 }
 

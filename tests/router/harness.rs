@@ -256,10 +256,7 @@ impl Router {
             .text()
             .await
             .unwrap();
-        text.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        surety_tests::metric_value(&text, name)
     }
 }
 

@@ -24,6 +24,14 @@ pub fn bench_cell() -> std::time::Duration {
     std::time::Duration::from_secs_f64(secs)
 }
 
+/// The sum of the samples of metric `name` in Prometheus text `text`.
+pub fn metric_value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The default PostgreSQL of the project's machines.
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 

@@ -179,28 +179,24 @@ impl From<surety_store::StoreError> for ApiError {
         use surety_store::StoreError as E;
         // Nothing was recorded: the same request, with the same key, is
         // safe to send again once the database is back or has room.
-        match error.outage() {
-            Some(Outage::Unavailable) => {
-                tracing::warn!(%error, "the database is unavailable");
-                return ApiError {
-                    retry_after: Some(DATABASE_RETRY_AFTER_S),
-                    ..ApiError::new(
-                        Problem::DatabaseUnavailable,
-                        "the database cannot be reached; nothing was recorded. Send the same request with the same Idempotency-Key again",
-                    )
-                };
-            }
-            Some(Outage::Full) => {
-                tracing::error!(%error, "the database is full");
-                return ApiError {
-                    retry_after: Some(STORAGE_RETRY_AFTER_S),
-                    ..ApiError::new(
-                        Problem::StorageFull,
-                        "the database has no room for new jobs; nothing was recorded. Send the same request with the same Idempotency-Key again later",
-                    )
-                };
-            }
-            None => {}
+        if let Some(outage) = error.outage() {
+            let (problem, retry_after, detail) = match outage {
+                Outage::Unavailable => (
+                    Problem::DatabaseUnavailable,
+                    DATABASE_RETRY_AFTER_S,
+                    "the database cannot be reached; nothing was recorded. Send the same request with the same Idempotency-Key again",
+                ),
+                Outage::Full => (
+                    Problem::StorageFull,
+                    STORAGE_RETRY_AFTER_S,
+                    "the database has no room for new jobs; nothing was recorded. Send the same request with the same Idempotency-Key again later",
+                ),
+            };
+            tracing::warn!(%error, ?outage, "the database cannot take the request");
+            return ApiError {
+                retry_after: Some(retry_after),
+                ..ApiError::new(problem, detail)
+            };
         }
         match error {
             E::JobNotFound(_) | E::AttemptNotFound { .. } => {
