@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod binding;
+mod html;
 mod manifest;
 
 use std::path::{Path, PathBuf};

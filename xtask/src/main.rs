@@ -123,6 +123,9 @@ fn test(root: &Path) -> Result<()> {
         .collect();
     env.push(("SURETY_OPENAI_SDK_PYTHON", &sdk));
     env.push(("SURETY_SCHEMATHESIS", &schemathesis));
+    let chromium = chromium()?;
+    let chromium = chromium.to_string_lossy();
+    env.push(("SURETY_CHROMIUM", &chromium));
     let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"], &env)?;
     drop(server);
     println!("tests: {passed} passed, {failed} failed");
@@ -320,6 +323,30 @@ fn release_surety(root: &Path) -> Result<PathBuf> {
         ],
     )?;
     Ok(target_dir(root).join("release/surety"))
+}
+
+/// Debian's Chromium, for the tests that look at pages in a real browser:
+/// installed from Debian's packages when it is missing (no browser is
+/// downloaded from anywhere else).
+fn chromium() -> Result<PathBuf> {
+    let path = PathBuf::from("/usr/bin/chromium");
+    if path.is_file() {
+        return Ok(path);
+    }
+    eprintln!("installing Debian's chromium for the browser tests");
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", "chromium"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+    };
+    if !install().is_ok_and(|s| s.success()) {
+        let updated = Command::new("apt-get").arg("update").status();
+        if !updated.is_ok_and(|s| s.success()) || !install().is_ok_and(|s| s.success()) {
+            bail!("could not install Debian's chromium (apt-get install chromium)");
+        }
+    }
+    Ok(path)
 }
 
 fn target_dir(root: &Path) -> PathBuf {

@@ -13,10 +13,21 @@ pub enum Golden {
     Matches,
     /// The snapshot was written (`--accept`).
     Accepted,
-    /// No snapshot yet: a pending one was written for review.
-    New { pending: PathBuf },
-    /// The snapshot differs: a pending one was written for review.
-    Changed { pending: PathBuf },
+    /// No snapshot yet: a pending one was written for review; `diff` is
+    /// all of it, added.
+    New { pending: PathBuf, diff: String },
+    /// The snapshot differs: a pending one was written for review; `diff`
+    /// is the accepted snapshot against this run's, unified.
+    Changed { pending: PathBuf, diff: String },
+}
+
+/// `old` against `new`, line by line, as a unified diff.
+fn unified(old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header("accepted", "this run")
+        .to_string()
 }
 
 /// Compares `contents` with the snapshot `name` in `dir`.
@@ -55,8 +66,21 @@ pub fn check(
     }
     std::fs::write(&pending, file)?;
     Ok(match existing {
-        Some(_) => Golden::Changed { pending },
-        None => Golden::New { pending },
+        Some(old) => {
+            let old = match old.contents() {
+                SnapshotContents::Text(text) => text.to_string(),
+                _ => String::new(),
+            };
+            let diff = unified(
+                &format!("{}\n", old.trim_end()),
+                &format!("{}\n", contents.trim_end()),
+            );
+            Golden::Changed { pending, diff }
+        }
+        None => Golden::New {
+            pending,
+            diff: unified("", &format!("{}\n", contents.trim_end())),
+        },
     })
 }
 

@@ -109,6 +109,9 @@ pub struct CaseResult {
     pub outcome: Outcome,
     pub passed: bool,
     pub prompt_tokens: Option<u64>,
+    /// Where the golden check failed: the accepted snapshot against this
+    /// run's, as a unified diff.
+    pub golden_diff: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -307,6 +310,7 @@ impl Certification {
             outcome: Outcome::StableFail,
             passed: false,
             prompt_tokens: None,
+            golden_diff: None,
         };
         let rendered = match contract.render(&case.input) {
             Ok(rendered) => rendered,
@@ -356,21 +360,27 @@ impl Certification {
         );
         let dir = self.golden_root.join(&self.config.id).join(&contract.id);
         let expression = format!("{}/{}/{}", self.config.id, contract.id, case.name);
-        let golden_ok = match golden::check(&dir, &case.name, &expression, &snapshot, self.accept)?
-        {
+        let golden_diff = match golden::check(
+            &dir,
+            &case.name,
+            &expression,
+            &snapshot,
+            self.accept,
+        )? {
             Golden::Matches | Golden::Accepted => {
                 checks.push(Check::pass("golden"));
-                true
+                None
             }
-            Golden::New { pending } => {
+            Golden::New { pending, diff } => {
                 checks.push(Check::fail("golden", format!("new snapshot {} waits for review (accept with --accept or `cargo insta review`)", pending.display())));
-                false
+                Some(diff)
             }
-            Golden::Changed { pending } => {
+            Golden::Changed { pending, diff } => {
                 checks.push(Check::fail("golden", format!("the answers changed from the accepted snapshot; see {} (accept with --accept or `cargo insta review`)", pending.display())));
-                false
+                Some(diff)
             }
         };
+        let golden_ok = golden_diff.is_none();
         let deterministic = outputs.len() <= 1;
         checks.push(match deterministic {
             true => Check::pass("determinism"),
@@ -404,6 +414,7 @@ impl Certification {
             outcome,
             passed: allowed && golden_ok,
             prompt_tokens,
+            golden_diff,
         })
     }
 

@@ -1,5 +1,6 @@
 //! What certification tells people: a terminal summary table, a Markdown
-//! report, and JUnit XML for CI.
+//! report, an HTML report that opens as a file (`report.html`, rendered by
+//! minijinja with every value escaped), and JUnit XML for CI.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -57,6 +58,21 @@ fn models_of(result: &ContractResult) -> impl Iterator<Item = &str> {
         .filter_map(|s| s.response_model.as_deref())
 }
 
+/// The models that answered a contract's samples, listed once each.
+fn answered_by(r: &ContractResult) -> String {
+    let answered: BTreeSet<&str> = models_of(r).collect();
+    listed(answered.into_iter())
+}
+
+/// How many transient refusals a contract's samples retried.
+fn retried(r: &ContractResult) -> usize {
+    r.cases
+        .iter()
+        .flat_map(|c| &c.samples)
+        .map(|s| s.retries.len())
+        .sum()
+}
+
 fn listed<'a>(items: impl Iterator<Item = &'a str>) -> String {
     let items: Vec<String> = items.map(|i| format!("`{i}`")).collect();
     match items.is_empty() {
@@ -79,6 +95,114 @@ pub fn summary_table(provider: &str, results: &[ContractResult]) -> String {
         );
     }
     out
+}
+
+/// The names of the checks that failed in a case, once each.
+fn failed_checks(case: &CaseResult) -> Vec<&'static str> {
+    let mut failed: Vec<&str> = case
+        .checks
+        .iter()
+        .chain(case.samples.iter().flat_map(|s| &s.checks))
+        .filter(|c| c.failed())
+        .map(|c| c.name)
+        .collect();
+    failed.sort_unstable();
+    failed.dedup();
+    failed
+}
+
+/// The HTML report: the summary matrix, then per contract and case every
+/// check with what it found, the golden diff, and every sample's checks
+/// and answer. Every value is escaped (model output included); no script.
+pub fn html(about: &About<'_>, results: &[ContractResult]) -> Result<String, minijinja::Error> {
+    let p = about.provider;
+    let answered: BTreeSet<&str> = results.iter().flat_map(models_of).collect();
+    let contracts: Vec<serde_json::Value> = results.iter().map(contract_view).collect();
+    let context = serde_json::json!({
+        "provider": {
+            "id": p.id, "kind": p.kind.to_string(), "base_url": p.base_url, "model": p.model,
+            "mode": p.structured_mode().as_str(), "tokenizer": p.tokenizer.to_string(),
+        },
+        "certified": !results.is_empty() && results.iter().all(|r| r.certified),
+        "answered": listed(answered.iter().copied()).replace('`', ""),
+        "served": about.served.map_or("(no models endpoint)".to_owned(), |s| {
+            listed(s.iter().map(String::as_str)).replace('`', "")
+        }),
+        "retry": about.retry.to_string(),
+        "contracts": contracts,
+    });
+    let mut env = minijinja::Environment::new();
+    // `.html`: minijinja escapes every value it prints.
+    env.add_template("report.html", include_str!("report.html"))?;
+    env.get_template("report.html")?.render(context)
+}
+
+fn contract_view(r: &ContractResult) -> serde_json::Value {
+    let c = r.counts();
+    let cases: Vec<serde_json::Value> = r
+        .cases
+        .iter()
+        .map(|case| {
+            let samples: Vec<serde_json::Value> = case
+                .samples
+                .iter()
+                .map(|s| {
+                    let answer = match (&s.output, &s.raw) {
+                        (Some(output), _) => {
+                            serde_json::to_string_pretty(output).unwrap_or_default()
+                        }
+                        (None, Some(raw)) => raw.clone(),
+                        (None, None) => "(no answer)".to_owned(),
+                    };
+                    serde_json::json!({
+                        "passed": s.passed(),
+                        "failed": s.checks.iter().filter(|c| c.failed()).collect::<Vec<_>>(),
+                        "latency_ms": s.latency_ms,
+                        "prompt_tokens": s.prompt_tokens,
+                        "completion_tokens": s.completion_tokens,
+                        "model": s.response_model,
+                        "retries": s.retries,
+                        "answer": answer,
+                    })
+                })
+                .collect();
+            let diff: Option<Vec<serde_json::Value>> = case.golden_diff.as_ref().map(|d| {
+                d.lines()
+                    .map(|line| {
+                        let kind = match line.as_bytes().first() {
+                            Some(b'+') if !line.starts_with("+++") => "add",
+                            Some(b'-') if !line.starts_with("---") => "del",
+                            Some(b'@') => "hunk",
+                            _ => "same",
+                        };
+                        serde_json::json!({"kind": kind, "text": line})
+                    })
+                    .collect()
+            });
+            serde_json::json!({
+                "name": case.name,
+                "outcome": outcome(case.outcome),
+                "passed": case.passed,
+                "passed_samples": case.samples.iter().filter(|s| s.passed()).count(),
+                "samples": samples,
+                "checks": case.checks,
+                "failed_checks": failed_checks(case),
+                "golden_diff": diff,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "id": r.contract,
+        "digest": short(&r.digest),
+        "mode": r.structured_mode,
+        "tokenizer": r.tokenizer,
+        "certified": r.certified,
+        "answered": answered_by(r).replace('`', ""),
+        "retried": retried(r),
+        "lint": r.lint,
+        "counts": {"cases": c.cases, "stable_pass": c.stable_pass, "flaky": c.flaky, "stable_fail": c.stable_fail},
+        "cases": cases,
+    })
 }
 
 /// The Markdown report: the table, lint warnings, and every failure with its case, sample and check.
@@ -108,17 +232,11 @@ pub fn markdown(provider: &str, results: &[ContractResult]) -> String {
     }
     for r in results {
         let _ = writeln!(out, "\n## {}\n", r.contract);
-        let answered: BTreeSet<&str> = models_of(r).collect();
-        let retried: usize = r
-            .cases
-            .iter()
-            .flat_map(|c| &c.samples)
-            .map(|s| s.retries.len())
-            .sum();
         let _ = writeln!(
             out,
-            "Answered by {}; {retried} transient refusals retried.\n",
-            listed(answered.into_iter())
+            "Answered by {}; {} transient refusals retried.\n",
+            answered_by(r),
+            retried(r)
         );
         if !r.lint.is_empty() {
             out.push_str("Schema capability lint (the answer is validated regardless):\n\n");
@@ -130,17 +248,7 @@ pub fn markdown(provider: &str, results: &[ContractResult]) -> String {
         out.push_str("| case | outcome | samples passed | failed checks |\n|---|---|---|---|\n");
         for case in &r.cases {
             let passed = case.samples.iter().filter(|s| s.passed()).count();
-            let mut failed: Vec<&str> = case
-                .checks
-                .iter()
-                .filter(|c| c.failed())
-                .map(|c| c.name)
-                .collect();
-            for s in &case.samples {
-                failed.extend(s.checks.iter().filter(|c| c.failed()).map(|c| c.name));
-            }
-            failed.sort_unstable();
-            failed.dedup();
+            let failed = failed_checks(case);
             let _ = writeln!(
                 out,
                 "| {} | {} | {passed}/{} | {} |",

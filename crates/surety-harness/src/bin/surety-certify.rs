@@ -299,6 +299,10 @@ fn write_reports(out: &Path, about: &report::About<'_>, results: &[ContractResul
         dir.join("report.md"),
         report::markdown_about(about, results),
     )?;
+    std::fs::write(
+        dir.join("report.html"),
+        report::html(about, results).context("rendering report.html")?,
+    )?;
     std::fs::write(dir.join("junit.xml"), report::junit(provider, results))?;
     std::fs::write(
         dir.join("results.json"),
