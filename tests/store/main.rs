@@ -27,6 +27,7 @@ surety_tests::both_engines!(scenarios:
     a_refused_write_undoes_only_itself,
     a_cancel_committed_while_the_result_waits_makes_it_lose,
     retention_prunes_settled_jobs_in_batches_and_never_an_open_one,
+    the_attention_queue_lists_unknown_oldest_first_and_failed_newest_first,
 );
 
 /// SQLite at the size the operator allows: new jobs are refused as `Full`

@@ -1267,3 +1267,43 @@ pub async fn retention_prunes_settled_jobs_in_batches_and_never_an_open_one(db: 
     assert_ne!(again.id, raced.id);
     assert_eq!(again.state, JobState::Queued);
 }
+
+pub async fn the_attention_queue_lists_unknown_oldest_first_and_failed_newest_first(db: &TestDb) {
+    let store = db.store().await;
+    let mut made = Vec::new();
+    for (owner_name, key) in [("acme", "q-1"), ("acme", "q-2"), ("globex", "q-3")] {
+        let job = create_new(&store, &new_job(owner_name, key, json!({"k": key}))).await;
+        let a = store
+            .start_attempt(&owner(owner_name), &job.id, &start("openai", Slot::Primary))
+            .await
+            .unwrap();
+        made.push((owner_name, job, a));
+    }
+    // q-1 and q-3 time out; q-2 fails for good.
+    store.mark_unknown(&made[0].2, "no answer").await.unwrap();
+    store.mark_unknown(&made[2].2, "no answer").await.unwrap();
+    let gave_up = Outcome::Failed {
+        error: "HTTP 400".into(),
+        give_up: true,
+    };
+    store.finish_attempt(&made[1].2, gave_up).await.unwrap();
+    // q-3 has waited longest.
+    db.exec(&format!(
+        "UPDATE jobs SET updated_at_ms = updated_at_ms - 60000 WHERE id = '{}'",
+        made[2].1.id.0
+    ))
+    .await;
+    let ids = |jobs: &[Job]| jobs.iter().map(|j| j.id.clone()).collect::<Vec<_>>();
+    let (unknown, failed) = store.attention(None, 10).await.unwrap();
+    assert_eq!(ids(&unknown), [made[2].1.id.clone(), made[0].1.id.clone()]);
+    assert_eq!(ids(&failed), [made[1].1.id.clone()]);
+    let (unknown, failed) = store.attention(Some(&owner("acme")), 10).await.unwrap();
+    assert_eq!(
+        ids(&unknown),
+        [made[0].1.id.clone()],
+        "another owner's job is not listed"
+    );
+    assert_eq!(ids(&failed), [made[1].1.id.clone()]);
+    let (unknown, _) = store.attention(None, 1).await.unwrap();
+    assert_eq!(ids(&unknown), [made[2].1.id.clone()]);
+}

@@ -474,6 +474,28 @@ pub(crate) async fn prune_settled<C: Conn>(
     Ok(pruned)
 }
 
+/// Jobs in `state`, of `owner` or of every owner, in order of their last
+/// change (`oldest` first or newest first), at most `limit`.
+pub(crate) async fn jobs_in_state<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    state: JobState,
+    owner: Option<&OwnerId>,
+    oldest: bool,
+    limit: i64,
+) -> Result<Vec<Job>, StoreError> {
+    let statement = match oldest {
+        true => &sql.jobs_in_state_oldest,
+        false => &sql.jobs_in_state_newest,
+    };
+    let owner = owner.map_or("", |o| o.0.as_str());
+    c.rows(statement, &[Text(state.as_str()), Text(owner), Int(limit)])
+        .await?
+        .iter()
+        .map(|row| job_from(row))
+        .collect()
+}
+
 /// A round trip to the database.
 pub(crate) async fn ping<C: Conn>(c: &mut C, sql: &Sql) -> Result<(), StoreError> {
     c.row(&sql.ping, &[]).await?;

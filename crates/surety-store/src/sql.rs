@@ -42,6 +42,10 @@ pub struct Sql {
     /// transaction; the last statement's count is the jobs deleted.
     pub prune_settled: Vec<String>,
     pub ping: String,
+    /// Jobs in state `$1` of owner `$2` (every owner when `$2` is empty),
+    /// oldest change first, at most `$3`; and the same newest first.
+    pub jobs_in_state_oldest: String,
+    pub jobs_in_state_newest: String,
     /// The pages the database file holds in use (SQLite).
     pub pages_in_use: Option<String>,
 }
@@ -246,6 +250,14 @@ impl Sql {
                 ))],
             },
             ping: fill("SELECT CAST(1 AS BIGINT) AS up"),
+            jobs_in_state_oldest: fill(
+                "SELECT {job_columns} FROM jobs WHERE state = $1 AND ($2 = '' OR owner_id = $2) \
+                 ORDER BY updated_at_ms, id LIMIT $3",
+            ),
+            jobs_in_state_newest: fill(
+                "SELECT {job_columns} FROM jobs WHERE state = $1 AND ($2 = '' OR owner_id = $2) \
+                 ORDER BY updated_at_ms DESC, id LIMIT $3",
+            ),
             pages_in_use: (backend == Backend::Sqlite).then(|| {
                 "SELECT (SELECT page_count FROM pragma_page_count()) \
                       - (SELECT freelist_count FROM pragma_freelist_count()) AS pages"

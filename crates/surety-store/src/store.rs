@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
-use surety_core::Intent;
+use surety_core::{Intent, JobState};
 
 use crate::conn::ready;
 use crate::ops::{self, Insert};
@@ -462,6 +462,34 @@ impl Store {
         on_engine!(self, write, |c, sql| ops::prune_settled(
             c, sql, older_than, limit
         ))
+    }
+
+    /// The operator's attention queue: jobs `unknown`, oldest first (the
+    /// longest waiting for a person), then jobs `failed`, newest first; of
+    /// `owner`, or of every owner with `None`; at most `limit` of each.
+    pub async fn attention(
+        &self,
+        owner: Option<&OwnerId>,
+        limit: u32,
+    ) -> Result<(Vec<Job>, Vec<Job>), StoreError> {
+        let (owner, limit) = (owner.cloned(), i64::from(limit.max(1)));
+        let unknown = on_engine!(self, read, |c, sql| ops::jobs_in_state(
+            c,
+            sql,
+            JobState::Unknown,
+            owner.as_ref(),
+            true,
+            limit
+        ))?;
+        let failed = on_engine!(self, read, |c, sql| ops::jobs_in_state(
+            c,
+            sql,
+            JobState::Failed,
+            owner.as_ref(),
+            false,
+            limit
+        ))?;
+        Ok((unknown, failed))
     }
 
     /// Whether the database answers a round trip now.
