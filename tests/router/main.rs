@@ -7,6 +7,7 @@
 mod binding;
 mod faults;
 mod harness;
+mod operator;
 mod scenarios;
 mod sdk;
 
@@ -34,6 +35,13 @@ mod certified_is_served {
         the_facade_serves_only_pinned_prompts,
         a_replay_never_depends_on_the_manifest,
         a_gemini_provider_is_routed_to_and_failed_over_from,
+    );
+}
+
+mod operator_pages {
+    surety_tests::both_engines!(operator:
+        only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie,
+        the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text,
     );
 }
 

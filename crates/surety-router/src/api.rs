@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde_json::Value;
 use surety_core::IdempotencyKey;
-use surety_providers::Facade;
 use surety_store::{JobId, OwnerId, Slot, StartAttempt};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
@@ -22,8 +21,7 @@ use crate::service::{
     Intake, certified, create_or_replay, job_messages, job_view, route_and_contract, wait_at_rest,
 };
 use crate::views::{
-    AttemptList, CertificationView, CreateJob, DriftView, JobView, OpenAiErrorView, ProblemView,
-    ProviderList, ProviderView, Readiness, RouteView,
+    AttemptList, CreateJob, JobView, OpenAiErrorView, ProblemView, ProviderList, Readiness,
 };
 
 /// The longest `Prefer: wait` honoured, in seconds.
@@ -80,6 +78,7 @@ pub fn app(state: AppState) -> Router {
     let limit = state.inner.max_body_bytes;
     let (router, doc) = routes();
     let router = router
+        .merge(crate::ui::routes())
         .fallback(|| async { ApiError::new(Problem::NotFound, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -431,79 +430,7 @@ async fn cancel(
     )
 )]
 async fn providers(State(state): State<AppState>, _caller: Caller) -> Json<ProviderList> {
-    let drift = state
-        .inner
-        .drift
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    let manifest = state.inner.manifest.current();
-    let data = state
-        .inner
-        .providers
-        .iter()
-        .map(|(id, served)| {
-            let certification = state
-                .inner
-                .contracts
-                .values()
-                .map(|c| {
-                    let (verdict, models) = dispatch::eligibility(&state, id, c);
-                    let expires_at = manifest
-                        .as_ref()
-                        .and_then(|m| m.entry(id, &c.contract.id))
-                        .map(|e| e.expires_at.clone());
-                    let view = CertificationView {
-                        status: verdict.code().to_owned(),
-                        reason: verdict.to_string(),
-                        expires_at,
-                        certified_models: models,
-                    };
-                    (c.contract.id.clone(), view)
-                })
-                .collect();
-            ProviderView {
-                id: id.clone(),
-                kind: served.config.kind.to_string(),
-                model: served.config.model.clone(),
-                base_url: served.config.base_url.clone(),
-                certification,
-                drift: drift.get(id).map(|d| DriftView {
-                    contract: d.contract.clone(),
-                    model: d.model.clone(),
-                    certified_models: d.certified.clone(),
-                    at: d.at.clone(),
-                }),
-            }
-        })
-        .collect();
-    let routes = state
-        .inner
-        .routes
-        .values()
-        .map(|r| {
-            // A pinned route whose user template cannot be read back takes
-            // no chat completion at all, and says why.
-            let unpinnable = state
-                .inner
-                .contracts
-                .get(&r.contract)
-                .and_then(|c| c.user_template.as_ref().err());
-            RouteView {
-                id: r.id.clone(),
-                contract: r.contract.clone(),
-                providers: r.providers.clone(),
-                facade: r.facade.as_str().to_owned(),
-                prompt_certified: r.facade == Facade::Pinned,
-                pinning_unavailable: unpinnable.filter(|_| r.facade == Facade::Pinned).cloned(),
-            }
-        })
-        .collect();
-    Json(ProviderList {
-        object: "list".to_owned(),
-        data,
-        routes,
-    })
+    Json(crate::service::provider_list(&state))
 }
 
 /// Alive.
@@ -583,8 +510,9 @@ async fn openapi(axum::Extension(doc): axum::Extension<Arc<Value>>) -> Json<Arc<
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    /// Tidy: every route is registered through `routes!` with its
-    /// `#[utoipa::path]`, so none can be served undocumented.
+    /// Tidy: every API route is registered through `routes!` with its
+    /// `#[utoipa::path]`, so none can be served undocumented. The operator's
+    /// HTML pages (`ui.rs`, under `/ui`) are not API, and only they may.
     #[test]
     fn no_route_is_registered_outside_the_openapi_router() {
         let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
@@ -594,6 +522,7 @@ mod tests {
                 let path = entry.unwrap().path();
                 match path.is_dir() {
                     true => dirs.push(path),
+                    false if path.ends_with("ui.rs") => {}
                     false => files.push(path),
                 }
             }

@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod service;
 pub mod settled;
+mod ui;
 pub mod views;
 
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use surety_core::{Fingerprint, IdempotencyKey};
-use surety_providers::Message;
+use surety_providers::{Facade, Message};
 use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
 use tracing::Instrument;
 
@@ -17,7 +17,7 @@ use crate::config::Route;
 use crate::dispatch::{self, Drive, Eligible};
 use crate::error::{ApiError, Problem};
 use crate::settled::Waiter;
-use crate::views::JobView;
+use crate::views::{CertificationView, DriftView, JobView, ProviderList, ProviderView, RouteView};
 use crate::{AppState, ServedContract};
 
 /// A route and its contract, by the route's id.
@@ -245,5 +245,83 @@ pub(crate) fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Mes
             .render(&job.input)
             .map(|r| surety_exchange::messages(&r))
             .map_err(|e| e.to_string()),
+    }
+}
+
+/// Every provider with its certification per contract (in words, from the
+/// manifest against the configuration now), and the routes.
+pub(crate) fn provider_list(state: &AppState) -> ProviderList {
+    let drift = state
+        .inner
+        .drift
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let manifest = state.inner.manifest.current();
+    let data = state
+        .inner
+        .providers
+        .iter()
+        .map(|(id, served)| {
+            let certification = state
+                .inner
+                .contracts
+                .values()
+                .map(|c| {
+                    let (verdict, models) = dispatch::eligibility(state, id, c);
+                    let expires_at = manifest
+                        .as_ref()
+                        .and_then(|m| m.entry(id, &c.contract.id))
+                        .map(|e| e.expires_at.clone());
+                    let view = CertificationView {
+                        status: verdict.code().to_owned(),
+                        reason: verdict.to_string(),
+                        expires_at,
+                        certified_models: models,
+                    };
+                    (c.contract.id.clone(), view)
+                })
+                .collect();
+            ProviderView {
+                id: id.clone(),
+                kind: served.config.kind.to_string(),
+                model: served.config.model.clone(),
+                base_url: served.config.base_url.clone(),
+                certification,
+                drift: drift.get(id).map(|d| DriftView {
+                    contract: d.contract.clone(),
+                    model: d.model.clone(),
+                    certified_models: d.certified.clone(),
+                    at: d.at.clone(),
+                }),
+            }
+        })
+        .collect();
+    let routes = state
+        .inner
+        .routes
+        .values()
+        .map(|r| {
+            // A pinned route whose user template cannot be read back takes
+            // no chat completion at all, and says why.
+            let unpinnable = state
+                .inner
+                .contracts
+                .get(&r.contract)
+                .and_then(|c| c.user_template.as_ref().err());
+            RouteView {
+                id: r.id.clone(),
+                contract: r.contract.clone(),
+                providers: r.providers.clone(),
+                facade: r.facade.as_str().to_owned(),
+                prompt_certified: r.facade == Facade::Pinned,
+                pinning_unavailable: unpinnable.filter(|_| r.facade == Facade::Pinned).cloned(),
+            }
+        })
+        .collect();
+    ProviderList {
+        object: "list".to_owned(),
+        data,
+        routes,
     }
 }

@@ -1,0 +1,361 @@
+//! The operator's pages (`/ui`): what an on-call engineer opens to find
+//! the jobs that need a person. Rendered on the server with minijinja
+//! (templates named `.html`, so every value is escaped, model output
+//! included); they read with JavaScript off. Only admin API keys sign in;
+//! the key is kept in an HttpOnly, SameSite=Strict cookie for `/ui` alone,
+//! and every form that changes something carries a token derived from it.
+//! Every view is scoped to the admin's owner.
+//!
+//! These are pages, not API: they are not in `/openapi.json`, and this is
+//! the one module that registers routes with `.route(`.
+
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::{Form, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use surety_store::{JobId, OwnerId};
+
+use crate::AppState;
+use crate::config::ApiKey;
+
+const COOKIE: &str = "surety_operator";
+/// Jobs listed per section of the attention queue.
+const QUEUE_LENGTH: u32 = 50;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(queue))
+        .route("/ui/sign-in", get(sign_in_page).post(sign_in))
+        .route("/ui/sign-out", post(sign_out))
+        .route("/ui/jobs/{id}", get(job_page))
+        .route("/ui/certification", get(certification))
+}
+
+fn templates() -> &'static minijinja::Environment<'static> {
+    static ENV: OnceLock<minijinja::Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = minijinja::Environment::new();
+        for (name, source) in [
+            ("base.html", include_str!("ui/base.html")),
+            ("sign_in.html", include_str!("ui/sign_in.html")),
+            ("queue.html", include_str!("ui/queue.html")),
+            ("job.html", include_str!("ui/job.html")),
+            ("certification.html", include_str!("ui/certification.html")),
+        ] {
+            // The templates are part of the binary; a broken one fails every test.
+            if let Err(e) = env.add_template(name, source) {
+                tracing::error!(template = name, error = %e, "an operator page does not parse");
+            }
+        }
+        env
+    })
+}
+
+/// Renders `name` with `context`, as `status`.
+fn page(status: StatusCode, name: &str, context: Value) -> Response {
+    let rendered = templates()
+        .get_template(name)
+        .and_then(|t| t.render(context));
+    match rendered {
+        Ok(body) => {
+            let mut response = (status, Html(body)).into_response();
+            let headers = response.headers_mut();
+            // No script runs here, and nothing frames the page.
+            headers.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(
+                    "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+                ),
+            );
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(e) => {
+            tracing::error!(template = name, error = %e, "an operator page did not render");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the page did not render; the details are in the log",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// A signed-in admin.
+struct Operator {
+    owner: OwnerId,
+    /// The token every form that changes something must carry.
+    csrf: String,
+}
+
+impl Operator {
+    fn view(&self) -> Value {
+        json!({"owner": self.owner.0, "csrf": self.csrf})
+    }
+}
+
+/// The admin key a request's cookie holds, if it holds one.
+fn operator(state: &AppState, headers: &HeaderMap) -> Option<Operator> {
+    let key = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(&format!("{COOKIE}=")))
+        .and_then(|v| hex::decode(v).ok())
+        .and_then(|v| String::from_utf8(v).ok())?;
+    let found = admin(state, &key)?;
+    Some(Operator {
+        owner: OwnerId(found.owner.clone()),
+        csrf: hex::encode(Sha256::digest(format!("surety-operator-csrf\0{key}"))),
+    })
+}
+
+/// The API key `key` names, if it is an admin's.
+fn admin<'a>(state: &'a AppState, key: &str) -> Option<&'a ApiKey> {
+    let hash = hex::encode(Sha256::digest(key.as_bytes()));
+    state.inner.api_keys.get(&hash).filter(|k| k.admin)
+}
+
+fn to_sign_in() -> Response {
+    Redirect::to("/ui/sign-in").into_response()
+}
+
+async fn sign_in_page() -> Response {
+    page(StatusCode::OK, "sign_in.html", json!({}))
+}
+
+#[derive(Deserialize)]
+struct SignIn {
+    key: String,
+}
+
+async fn sign_in(State(state): State<AppState>, Form(form): Form<SignIn>) -> Response {
+    let hash = hex::encode(Sha256::digest(form.key.as_bytes()));
+    let refused = match state.inner.api_keys.get(&hash) {
+        None => Some((StatusCode::UNAUTHORIZED, "That key is not known here.")),
+        Some(k) if !k.admin => Some((
+            StatusCode::FORBIDDEN,
+            "That key is not an admin key: only admins sign in here.",
+        )),
+        Some(_) => None,
+    };
+    if let Some((status, error)) = refused {
+        return page(status, "sign_in.html", json!({"error": error}));
+    }
+    let cookie = format!(
+        "{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict",
+        hex::encode(form.key.as_bytes())
+    );
+    let mut response = Redirect::to("/ui").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[derive(Deserialize)]
+struct Token {
+    csrf: String,
+}
+
+async fn sign_out(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<Token>,
+) -> Response {
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    if form.csrf != op.csrf {
+        return (
+            StatusCode::FORBIDDEN,
+            "the form's token does not match this session",
+        )
+            .into_response();
+    }
+    let mut response = to_sign_in();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "surety_operator=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
+    );
+    response
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `ms` as `2 h 5 m`, `3 m 12 s` or `41 s`.
+fn age(ms: i64) -> String {
+    let s = Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(0)).as_secs();
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} m {} s", s / 60, s % 60),
+        _ => format!("{} h {} m", s / 3600, s % 3600 / 60),
+    }
+}
+
+fn when(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .map(surety_manifest::now_rfc3339)
+        .unwrap_or_default()
+}
+
+async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    let (unknown, failed) = match state
+        .inner
+        .store
+        .attention(Some(&op.owner), QUEUE_LENGTH)
+        .await
+    {
+        Ok(lists) => lists,
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
+    };
+    let now = now_ms();
+    let rows = |jobs: &[surety_store::Job]| -> Vec<Value> {
+        jobs.iter()
+            .map(|j| json!({"id": j.id.0, "age": age(now - j.updated_at_ms), "route": j.route}))
+            .collect()
+    };
+    let (mut unknown_rows, mut failed_rows) = (rows(&unknown), rows(&failed));
+    // What is known: the last attempt's provider and error.
+    for (rows, jobs) in [(&mut unknown_rows, &unknown), (&mut failed_rows, &failed)] {
+        for (row, job) in rows.iter_mut().zip(jobs.iter()) {
+            if let Ok(attempts) = state.inner.store.attempts(&op.owner, &job.id).await
+                && let Some(last) = attempts.last()
+            {
+                row["provider"] = json!(last.provider);
+                row["known"] = json!(last.error.clone().unwrap_or_default());
+            }
+        }
+    }
+    let m = &state.inner.metrics;
+    let figures = json!([
+        {"name": "jobs created (this router)", "value": m.jobs_created.get()},
+        {"name": "replays answered", "value": m.replays.get()},
+        {"name": "late results discarded", "value": m.late_results_discarded.get()},
+        {"name": "answers held while the database was away", "value": m.results_held.get()},
+        {"name": "jobs pruned past retention", "value": m.pruned_jobs.get()},
+    ]);
+    page(
+        StatusCode::OK,
+        "queue.html",
+        json!({"operator": op.view(), "unknown": unknown_rows, "failed": failed_rows, "figures": figures}),
+    )
+}
+
+async fn job_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    let id = JobId(id);
+    let (job, attempts) = match state.inner.store.job_and_attempts(&op.owner, &id).await {
+        Ok(found) => found,
+        Err(e) => return crate::error::ApiError::from(e).into_response(),
+    };
+    let races = state
+        .inner
+        .store
+        .races(&op.owner, &id)
+        .await
+        .unwrap_or_default();
+    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let attempts: Vec<Value> = attempts
+        .iter()
+        .map(|a| {
+            let ended = a.finished_at_ms.or(a.unknown_since_ms);
+            json!({
+                "ordinal": a.ordinal,
+                "hedge": a.slot == surety_store::Slot::Hedge,
+                "provider": a.provider,
+                "state": a.state.as_str(),
+                "started": when(a.started_at_ms),
+                "ended": ended.map(when).unwrap_or_default(),
+                "took": ended.map(|e| age(e - a.started_at_ms)).unwrap_or_default(),
+                "error": a.error.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    let races: Vec<Value> = races
+        .iter()
+        .map(|r| {
+            json!({
+                "loser": r.loser_ordinal,
+                "winner": r.winner_ordinal.map_or("nobody".to_owned(), |w| format!("attempt {w}")),
+                "reason": r.reason,
+                "at": when(r.at_ms),
+            })
+        })
+        .collect();
+    let view = json!({
+        "id": job.id.0, "state": job.state.as_str(), "route": job.route, "contract": job.contract,
+        "key": job.key, "created": when(job.created_at_ms), "input": pretty(&job.input),
+        "result": job.result.as_ref().map(pretty),
+    });
+    page(
+        StatusCode::OK,
+        "job.html",
+        json!({"operator": op.view(), "job": view, "attempts": attempts, "races": races}),
+    )
+}
+
+async fn certification(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    let list = crate::service::provider_list(&state);
+    let mut rows = Vec::new();
+    for route in &list.routes {
+        for provider in &route.providers {
+            let Some(p) = list.data.iter().find(|p| &p.id == provider) else {
+                continue;
+            };
+            let Some(c) = p.certification.get(&route.contract) else {
+                continue;
+            };
+            rows.push(json!({
+                "route": route.id, "contract": route.contract, "provider": provider,
+                "status": c.status, "reason": c.reason,
+                "expires": c.expires_at.clone().unwrap_or_default(),
+                "drift": p.drift.as_ref().map(|d| format!("model {} answered at {}", d.model, d.at)),
+            }));
+        }
+    }
+    let manifest = match state.inner.manifest.current() {
+        Some(m) => format!(
+            "Manifest generated at {} with {} entries{}.",
+            m.generated_at,
+            m.entries.len(),
+            if state.inner.manifest.refused().is_some() {
+                "; the last reload was refused, so this is the last good one"
+            } else {
+                ""
+            }
+        ),
+        None => "No valid manifest is in force: nothing is routed.".to_owned(),
+    };
+    page(
+        StatusCode::OK,
+        "certification.html",
+        json!({"operator": op.view(), "rows": rows, "manifest": manifest}),
+    )
+}

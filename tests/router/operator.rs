@@ -1,0 +1,170 @@
+//! The operator's pages over HTTP: who may sign in, what the cookie is,
+//! what the attention queue and a job's page show, and that model output
+//! and client input are shown as text.
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
+use surety_fake_provider::{Behavior, FakeProvider, Script, When};
+use surety_tests::TestDb;
+
+use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect};
+
+/// A client that keeps nothing and follows no redirect: each test says
+/// what it sends.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn sign_in(router: &Router, key: &str) -> (StatusCode, HeaderMap, String) {
+    let response = client()
+        .post(format!("{}/ui/sign-in", router.base))
+        .form(&[("key", key)])
+        .send()
+        .await
+        .unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    (status, headers, response.text().await.unwrap())
+}
+
+/// `path` with the session cookie `cookie`.
+async fn page(router: &Router, cookie: &str, path: &str) -> (StatusCode, String) {
+    let response = client()
+        .get(format!("{}{path}", router.base))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+pub async fn only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie(db: &TestDb) {
+    let fake = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    let (status, _, body) = sign_in(&router, ACME).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("not an admin key"), "{body}");
+    let (status, _, body) = sign_in(&router, "key-nobody").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let (status, _) = page(&router, "", "/ui").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "no cookie: to the sign-in page"
+    );
+
+    let (status, headers, _) = sign_in(&router, ACME_ADMIN).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers[LOCATION], "/ui");
+    let cookie = headers[SET_COOKIE].to_str().unwrap();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    assert!(
+        !cookie.contains(ACME_ADMIN),
+        "the key is not in the cookie as typed: {cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let (status, body) = page(&router, &session, "/ui").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("Needs attention"), "{body}");
+
+    // Signing out needs the page's token: a form from elsewhere is refused.
+    let token = body
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let out = |csrf: &str| {
+        client()
+            .post(format!("{}/ui/sign-out", router.base))
+            .header("cookie", &session)
+            .form(&[("csrf", csrf)])
+            .send()
+    };
+    assert_eq!(out("forged").await.unwrap().status(), StatusCode::FORBIDDEN);
+    let signed_out = out(&token).await.unwrap();
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+    assert!(
+        signed_out.headers()[SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+}
+
+pub async fn the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text(db: &TestDb) {
+    let fake = FakeProvider::start(Script::always(Behavior::Hang).rule(
+        When::PromptContains("fine".to_owned()),
+        Behavior::Reply(r#"{"language": "english"}"#.to_owned()),
+    ))
+    .await
+    .unwrap();
+    let router = Router::one_route(db, &fake, "attempt_timeout_ms = 300\n").await;
+    let hostile = "<script>document.body.dataset.pwned = 'yes'</script> hello";
+    let (_, _, mine) = router.create(ACME, "op-1", &detect(hostile), Some(5)).await;
+    assert_eq!(mine["state"], "unknown", "{mine}");
+    let (_, _, theirs) = router
+        .create(GLOBEX, "op-2", &detect("hello"), Some(5))
+        .await;
+    assert_eq!(theirs["state"], "unknown", "{theirs}");
+    let (_, _, fine) = router.create(ACME, "op-3", &detect("fine"), Some(5)).await;
+    assert_eq!(fine["state"], "succeeded", "{fine}");
+
+    let (_, headers, _) = sign_in(&router, ACME_ADMIN).await;
+    let session = headers[SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, queue) = page(&router, &session, "/ui").await;
+    assert_eq!(status, StatusCode::OK);
+    let mine = mine["id"].as_str().unwrap();
+    assert!(queue.contains(mine), "{queue}");
+    assert!(
+        queue.contains("no answer within 0.3 s"),
+        "what is known: {queue}"
+    );
+    assert!(
+        !queue.contains(theirs["id"].as_str().unwrap()),
+        "another owner's job is listed"
+    );
+    assert!(
+        !queue.contains(fine["id"].as_str().unwrap()),
+        "a succeeded job needs no one"
+    );
+
+    let (status, job) = page(&router, &session, &format!("/ui/jobs/{mine}")).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert!(job.contains("fake-a") && job.contains("unknown"), "{job}");
+    assert!(!job.contains("<script>"), "input is shown as text: {job}");
+    assert!(
+        job.contains("&lt;script&gt;document.body.dataset.pwned"),
+        "{job}"
+    );
+    let (status, _) = page(
+        &router,
+        &session,
+        &format!("/ui/jobs/{}", theirs["id"].as_str().unwrap()),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another owner's job is not shown"
+    );
+
+    let (status, matrix) = page(&router, &session, "/ui/certification").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        matrix.contains("language") && matrix.contains("certified"),
+        "{matrix}"
+    );
+}
