@@ -168,3 +168,81 @@ pub async fn the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text(db
         "{matrix}"
     );
 }
+
+pub async fn an_unknown_job_is_cancelled_with_confirmation_then_retried_to_success(db: &TestDb) {
+    let fake = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let router = Router::one_route(db, &fake, "attempt_timeout_ms = 300\n").await;
+    let (_, _, job) = router
+        .create(ACME, "act-1", &detect("Hello there"), Some(5))
+        .await;
+    assert_eq!(job["state"], "unknown", "{job}");
+    let id = job["id"].as_str().unwrap();
+    let (_, headers, _) = sign_in(&router, ACME_ADMIN).await;
+    let session = headers[SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (_, job_page) = page(&router, &session, &format!("/ui/jobs/{id}")).await;
+    let cancel = format!("/ui/jobs/{id}/attempts/1/cancel");
+    assert!(
+        job_page.contains(&cancel),
+        "the open attempt offers a cancel: {job_page}"
+    );
+    // The link asks first; the form carries the session's token.
+    let (status, ask) = page(&router, &session, &cancel).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(ask.contains("may have done the work"), "{ask}");
+    let token = ask
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let post = |path: String, csrf: String| {
+        client()
+            .post(format!("{}{path}", router.base))
+            .header("cookie", &session)
+            .form(&[("csrf", csrf), ("confirm", "yes".to_owned())])
+            .send()
+    };
+    let forged = post(cancel.clone(), "forged".to_owned()).await.unwrap();
+    assert_eq!(
+        forged.status(),
+        StatusCode::FORBIDDEN,
+        "no token, no action"
+    );
+    let (_, still) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(
+        still["attempts"][0]["state"], "unknown",
+        "a refused action changes nothing"
+    );
+
+    let cancelled = post(cancel, token.clone()).await.unwrap();
+    assert_eq!(cancelled.status(), StatusCode::SEE_OTHER);
+    let (_, job_page) = page(&router, &session, &format!("/ui/jobs/{id}")).await;
+    assert!(job_page.contains("cancelled"), "{job_page}");
+    assert!(
+        job_page.contains(&format!("/ui/jobs/{id}/retry")),
+        "then it may be retried: {job_page}"
+    );
+
+    fake.set_script(Script::always(Behavior::Reply(
+        r#"{"language": "english"}"#.to_owned(),
+    )));
+    let mut settled = router.state.inner.settled.subscribe();
+    let retried = post(format!("/ui/jobs/{id}/retry"), token).await.unwrap();
+    assert_eq!(retried.status(), StatusCode::SEE_OTHER);
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while settled.recv().await.unwrap().0 != id {}
+    })
+    .await
+    .unwrap();
+    let (_, job_page) = page(&router, &session, &format!("/ui/jobs/{id}")).await;
+    assert!(job_page.contains("state succeeded"), "{job_page}");
+    assert!(job_page.contains("english"), "the answer: {job_page}");
+}

@@ -9,17 +9,14 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde_json::Value;
 use surety_core::IdempotencyKey;
-use surety_store::{JobId, OwnerId, Slot, StartAttempt};
+use surety_store::{JobId, OwnerId};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::AppState;
-use crate::dispatch::{self, Drive};
 use crate::error::{ApiError, Problem};
 use crate::extract::{Caller, JsonObject, PathParams};
-use crate::service::{
-    Intake, certified, create_or_replay, job_messages, job_view, route_and_contract, wait_at_rest,
-};
+use crate::service::{Intake, create_or_replay, job_view, route_and_contract, wait_at_rest};
 use crate::views::{
     AttemptList, CreateJob, JobView, OpenAiErrorView, ProblemView, ProviderList, Readiness,
 };
@@ -319,48 +316,11 @@ async fn retry(
     PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     let owner = OwnerId(key.owner);
-    let job = state.inner.store.job(&owner, &JobId(id)).await?;
-    let (route, served) = route_and_contract(&state, &job.route)?;
-    let eligible = certified(&state, &route, served)?;
-    let contract = &served.contract;
-    // Built before the attempt starts: an input that no longer fits its
-    // contract starts nothing.
-    let messages = job_messages(&job, served).map_err(|e| {
-        ApiError::new(
-            Problem::MalformedBody,
-            format!(
-                "the job's input does not fit contract `{}` now: {e}",
-                contract.id
-            ),
-        )
-    })?;
-    let first = &eligible[0];
-    // The store's guard decides: an open attempt or a settled job is a 409 saying which.
-    let start = StartAttempt {
-        provider: first.id.clone(),
-        slot: Slot::Primary,
-        lease: state.inner.lease,
-    };
-    let handle = state
-        .inner
-        .store
-        .start_attempt(&owner, &job.id, &start)
-        .await?;
-    dispatch::spawn(
-        state.clone(),
-        Drive {
-            owner: owner.clone(),
-            job_id: job.id.clone(),
-            route,
-            contract: contract.clone(),
-            messages,
-            first: Some(handle),
-            providers: eligible,
-        },
-    );
+    let job_id = JobId(id);
+    crate::service::retry(&state, &owner, &job_id).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(job_view(&state, &owner, &job.id).await?),
+        Json(job_view(&state, &owner, &job_id).await?),
     )
         .into_response())
 }
@@ -397,24 +357,7 @@ async fn cancel(
     }
     let owner = OwnerId(key.owner.clone());
     let job_id = JobId(id);
-    let reason = format!("cancelled out of band by an admin of {}", key.owner);
-    state
-        .inner
-        .store
-        .cancel_attempt(&owner, &job_id, n, &reason)
-        .await?;
-    let attempts = state.inner.store.attempts(&owner, &job_id).await?;
-    let provider = attempts
-        .iter()
-        .find(|a| a.ordinal == n)
-        .map_or("", |a| a.provider.as_str());
-    state
-        .inner
-        .metrics
-        .attempts
-        .with_label_values(&[provider, "cancelled"])
-        .inc();
-    state.inner.settled.notify(&job_id);
+    crate::service::cancel(&state, &owner, &job_id, n).await?;
     Ok(Json(job_view(&state, &owner, &job_id).await?))
 }
 

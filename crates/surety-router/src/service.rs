@@ -325,3 +325,81 @@ pub(crate) fn provider_list(state: &AppState) -> ProviderList {
         routes,
     }
 }
+
+/// A new attempt at the owner's job, at its first certified provider, if no
+/// attempt is open and it has not succeeded (the store's guard decides).
+pub(crate) async fn retry(
+    state: &AppState,
+    owner: &OwnerId,
+    job_id: &JobId,
+) -> Result<(), ApiError> {
+    let job = state.inner.store.job(owner, job_id).await?;
+    let (route, served) = route_and_contract(state, &job.route)?;
+    let eligible = certified(state, &route, served)?;
+    let contract = &served.contract;
+    // Built before the attempt starts: an input that no longer fits its
+    // contract starts nothing.
+    let messages = job_messages(&job, served).map_err(|e| {
+        ApiError::new(
+            Problem::MalformedBody,
+            format!(
+                "the job's input does not fit contract `{}` now: {e}",
+                contract.id
+            ),
+        )
+    })?;
+    let first = &eligible[0];
+    // The store's guard decides: an open attempt or a settled job is a 409 saying which.
+    let start = StartAttempt {
+        provider: first.id.clone(),
+        slot: Slot::Primary,
+        lease: state.inner.lease,
+    };
+    let handle = state
+        .inner
+        .store
+        .start_attempt(owner, &job.id, &start)
+        .await?;
+    dispatch::spawn(
+        state.clone(),
+        Drive {
+            owner: owner.clone(),
+            job_id: job.id.clone(),
+            route,
+            contract: contract.clone(),
+            messages,
+            first: Some(handle),
+            providers: eligible,
+        },
+    );
+    Ok(())
+}
+
+/// Resolves an open attempt of the owner's job out of band (an admin's
+/// act): it is `cancelled`, and a late answer from it loses.
+pub(crate) async fn cancel(
+    state: &AppState,
+    owner: &OwnerId,
+    job_id: &JobId,
+    n: i64,
+) -> Result<(), ApiError> {
+    let reason = format!("cancelled out of band by an admin of {}", owner.0);
+    state
+        .inner
+        .store
+        .cancel_attempt(owner, job_id, n, &reason)
+        .await?;
+    let attempts = state.inner.store.attempts(owner, job_id).await?;
+    let provider = attempts
+        .iter()
+        .find(|a| a.ordinal == n)
+        .map_or("", |a| a.provider.as_str());
+    state
+        .inner
+        .metrics
+        .attempts
+        .with_label_values(&[provider, "cancelled"])
+        .inc();
+    state.inner.settled.notify(job_id);
+    Ok(())
+}

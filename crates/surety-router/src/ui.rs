@@ -20,6 +20,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use surety_core::{AttemptState, JobState};
 use surety_store::{JobId, OwnerId};
 
 use crate::AppState;
@@ -36,6 +37,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/sign-out", post(sign_out))
         .route("/ui/jobs/{id}", get(job_page))
         .route("/ui/certification", get(certification))
+        .route(
+            "/ui/jobs/{id}/attempts/{n}/cancel",
+            get(confirm_cancel).post(cancel),
+        )
+        .route("/ui/jobs/{id}/retry", get(confirm_retry).post(retry))
 }
 
 fn templates() -> &'static minijinja::Environment<'static> {
@@ -48,6 +54,7 @@ fn templates() -> &'static minijinja::Environment<'static> {
             ("queue.html", include_str!("ui/queue.html")),
             ("job.html", include_str!("ui/job.html")),
             ("certification.html", include_str!("ui/certification.html")),
+            ("confirm.html", include_str!("ui/confirm.html")),
         ] {
             // The templates are part of the binary; a broken one fails every test.
             if let Err(e) = env.add_template(name, source) {
@@ -171,15 +178,8 @@ async fn sign_out(
     headers: HeaderMap,
     Form(form): Form<Token>,
 ) -> Response {
-    let Some(op) = operator(&state, &headers) else {
-        return to_sign_in();
-    };
-    if form.csrf != op.csrf {
-        return (
-            StatusCode::FORBIDDEN,
-            "the form's token does not match this session",
-        )
-            .into_response();
+    if let Err(refused) = acting(&state, &headers, &form) {
+        return refused.into_response();
     }
     let mut response = to_sign_in();
     response.headers_mut().insert(
@@ -292,6 +292,7 @@ async fn job_page(
                 "ended": ended.map(when).unwrap_or_default(),
                 "took": ended.map(|e| age(e - a.started_at_ms)).unwrap_or_default(),
                 "error": a.error.clone().unwrap_or_default(),
+                "open": matches!(a.state, AttemptState::Started | AttemptState::Unknown),
             })
         })
         .collect();
@@ -306,8 +307,9 @@ async fn job_page(
             })
         })
         .collect();
+    let retryable = matches!(job.state, JobState::Queued | JobState::Failed);
     let view = json!({
-        "id": job.id.0, "state": job.state.as_str(), "route": job.route, "contract": job.contract,
+        "id": job.id.0, "state": job.state.as_str(), "retryable": retryable, "route": job.route, "contract": job.contract,
         "key": job.key, "created": when(job.created_at_ms), "input": pretty(&job.input),
         "result": job.result.as_ref().map(pretty),
     });
@@ -358,4 +360,129 @@ async fn certification(State(state): State<AppState>, headers: HeaderMap) -> Res
         "certification.html",
         json!({"operator": op.view(), "rows": rows, "manifest": manifest}),
     )
+}
+
+/// What a confirmation page asks, and where its form goes.
+struct Confirm<'a> {
+    title: String,
+    explain: &'a str,
+    confirm: &'a str,
+    action: String,
+}
+
+fn confirmation(op: &Operator, job_id: &str, ask: &Confirm<'_>, error: Option<String>) -> Response {
+    let status = match error {
+        Some(_) => StatusCode::CONFLICT,
+        None => StatusCode::OK,
+    };
+    page(
+        status,
+        "confirm.html",
+        json!({
+            "operator": op.view(), "job_id": job_id, "title": ask.title, "explain": ask.explain,
+            "confirm": ask.confirm, "action": ask.action, "error": error,
+        }),
+    )
+}
+
+fn cancel_question(id: &str, n: i64) -> Confirm<'static> {
+    Confirm {
+        title: format!("Cancel attempt {n} of job {id}?"),
+        explain: "The provider may have done the work: cancel only once you know it did not (or that it does not matter). The attempt becomes cancelled, a late answer from it loses, and the job may be retried.",
+        confirm: "Yes, cancel the attempt",
+        action: format!("/ui/jobs/{id}/attempts/{n}/cancel"),
+    }
+}
+
+fn retry_question(id: &str) -> Confirm<'static> {
+    Confirm {
+        title: format!("Retry job {id}?"),
+        explain: "A new attempt starts at the route's first certified provider, under the same job.",
+        confirm: "Yes, retry the job",
+        action: format!("/ui/jobs/{id}/retry"),
+    }
+}
+
+async fn confirm_cancel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((id, n)): Path<(String, i64)>,
+) -> Response {
+    match operator(&state, &headers) {
+        Some(op) => confirmation(&op, &id, &cancel_question(&id, n), None),
+        None => to_sign_in(),
+    }
+}
+
+async fn confirm_retry(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    match operator(&state, &headers) {
+        Some(op) => confirmation(&op, &id, &retry_question(&id), None),
+        None => to_sign_in(),
+    }
+}
+
+/// Why a form that changes something was not acted on.
+enum Refused {
+    /// Nobody is signed in: to the sign-in page.
+    NotSignedIn,
+    /// The form's token is not this session's (a forged request).
+    Forged,
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::NotSignedIn => to_sign_in(),
+            Refused::Forged => (
+                StatusCode::FORBIDDEN,
+                "the form's token does not match this session",
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// The operator of a form that changes something, if its token matches.
+fn acting(state: &AppState, headers: &HeaderMap, form: &Token) -> Result<Operator, Refused> {
+    let op = operator(state, headers).ok_or(Refused::NotSignedIn)?;
+    match form.csrf == op.csrf {
+        true => Ok(op),
+        false => Err(Refused::Forged),
+    }
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((id, n)): Path<(String, i64)>,
+    Form(form): Form<Token>,
+) -> Response {
+    let op = match acting(&state, &headers, &form) {
+        Ok(op) => op,
+        Err(refused) => return refused.into_response(),
+    };
+    match crate::service::cancel(&state, &op.owner, &JobId(id.clone()), n).await {
+        Ok(()) => Redirect::to(&format!("/ui/jobs/{id}")).into_response(),
+        Err(e) => confirmation(&op, &id, &cancel_question(&id, n), Some(e.detail)),
+    }
+}
+
+async fn retry(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<Token>,
+) -> Response {
+    let op = match acting(&state, &headers, &form) {
+        Ok(op) => op,
+        Err(refused) => return refused.into_response(),
+    };
+    match crate::service::retry(&state, &op.owner, &JobId(id.clone())).await {
+        Ok(()) => Redirect::to(&format!("/ui/jobs/{id}")).into_response(),
+        Err(e) => confirmation(&op, &id, &retry_question(&id), Some(e.detail)),
+    }
 }
