@@ -246,3 +246,121 @@ pub async fn an_unknown_job_is_cancelled_with_confirmation_then_retried_to_succe
     assert!(job_page.contains("state succeeded"), "{job_page}");
     assert!(job_page.contains("english"), "the answer: {job_page}");
 }
+
+/// The pages in Debian's chromium (Playwright, `tests/data/operator/drive.py`):
+/// a user key is refused; an admin signs in, sees this owner's unknown and
+/// failed jobs and not another owner's; an answer carrying markup is shown
+/// as text and nothing of it runs; the unknown job's attempt is cancelled
+/// through the confirmation (a form without the token is refused), the job
+/// retried and seen `succeeded`; reading works with JavaScript off.
+/// Screenshots go to `target/operator/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_pages_in_a_real_browser() {
+    let (Ok(python), Ok(chromium)) = (
+        std::env::var("SURETY_OPENAI_SDK_PYTHON"),
+        std::env::var("SURETY_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the suite's venv and chromium are not set up and CI is set: run through `cargo xtask test`"
+        );
+        eprintln!(
+            "SKIPPED: Playwright and chromium are not set up (run through `cargo xtask test`)"
+        );
+        return;
+    };
+    let db = TestDb::new(surety_tests::Engine::Sqlite).await.unwrap();
+    let english = Behavior::Reply(r#"{"language": "english"}"#.to_owned());
+    let markup = r#"{"language": "<img src=x onerror=\"document.body.dataset.pwned='yes'\"><script>document.body.dataset.pwned='yes'</script>"}"#;
+    let fake = FakeProvider::start(
+        Script::always(Behavior::Hang)
+            .rule(
+                When::PromptContains("Hello there".to_owned()),
+                Behavior::Sequence(vec![Behavior::Hang, english]),
+            )
+            .rule(
+                When::PromptContains("markup".to_owned()),
+                Behavior::Reply(markup.to_owned()),
+            ),
+    )
+    .await
+    .unwrap();
+    let router = Router::one_route(&db, &fake, "attempt_timeout_ms = 300\n").await;
+    let (_, _, unknown) = router
+        .create(ACME, "b-1", &detect("Hello there"), Some(5))
+        .await;
+    assert_eq!(unknown["state"], "unknown", "{unknown}");
+    let (_, _, failed) = router
+        .create(ACME, "b-2", &detect("markup please"), Some(5))
+        .await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    let (_, _, other) = router
+        .create(GLOBEX, "b-3", &detect("Hello there"), Some(5))
+        .await;
+    let shots = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/operator");
+    std::fs::create_dir_all(&shots).unwrap();
+    let id = |job: &serde_json::Value| job["id"].as_str().unwrap().to_owned();
+    let output = tokio::process::Command::new(python)
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/operator/drive.py"))
+        .env("BASE_URL", &router.base)
+        .env("CHROMIUM", chromium)
+        .env("ADMIN_KEY", ACME_ADMIN)
+        .env("USER_KEY", ACME)
+        .env("UNKNOWN_JOB", id(&unknown))
+        .env("FAILED_JOB", id(&failed))
+        .env("OTHER_JOB", id(&other))
+        .env("SHOTS", &shots)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        seen["user_refused"]
+            .as_str()
+            .unwrap()
+            .contains("not an admin key"),
+        "{seen}"
+    );
+    assert_eq!(seen["queue_unknown"], 1, "{seen}");
+    assert_eq!(seen["queue_failed"], 1, "{seen}");
+    assert_eq!(
+        seen["queue_other_owner"], 0,
+        "another owner's job is listed: {seen}"
+    );
+    let nothing_ran = serde_json::json!({"scripts": 0, "images": 0, "pwned": ""});
+    assert_eq!(seen["queue_injected"], nothing_ran, "{seen}");
+    assert_eq!(seen["failed_injected"], nothing_ran, "{seen}");
+    assert!(
+        seen["failed_error"].as_str().unwrap().contains("<script>"),
+        "the answer's words, as text: {seen}"
+    );
+    assert_eq!(seen["job_state"], "unknown");
+    assert!(
+        seen["confirm_title"]
+            .as_str()
+            .unwrap()
+            .starts_with("Cancel attempt 1"),
+        "{seen}"
+    );
+    assert_eq!(seen["forged_status"], 403, "{seen}");
+    assert!(
+        seen["after_cancel"].as_str().unwrap().contains("cancelled"),
+        "{seen}"
+    );
+    assert_eq!(seen["after_retry"], "succeeded", "{seen}");
+    assert!(
+        seen["answer"].as_str().unwrap().contains("english"),
+        "{seen}"
+    );
+    assert!(
+        seen["matrix"].as_str().unwrap().contains("certified"),
+        "{seen}"
+    );
+    assert_eq!(seen["no_js_state"], "succeeded", "{seen}");
+    assert!(shots.join("queue.png").is_file() && shots.join("job.png").is_file());
+}

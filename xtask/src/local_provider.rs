@@ -240,10 +240,12 @@ pub fn serve(paths: &Paths, port: Option<u16>) -> Result<()> {
 /// facade is tested with it), schemathesis (the router's OpenAPI document
 /// is tested with it) and Google's google-genai (the Gemini adapter's
 /// requests and the fake's responses are checked against its types).
-pub const PYTHON_CLIENTS: [&str; 3] = [
+pub const PYTHON_CLIENTS: [&str; 4] = [
     "openai==3.51.0",
     "schemathesis==4.32.5",
     "google-genai==3.6.1",
+    // Drives Debian's chromium (never downloads a browser of its own).
+    "playwright==1.65.2",
 ];
 
 /// Installs the SDK if needed and returns its Python.

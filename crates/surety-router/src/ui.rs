@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::{Form, Path, State};
+use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -27,6 +27,8 @@ use crate::AppState;
 use crate::config::ApiKey;
 
 const COOKIE: &str = "surety_operator";
+/// The longest a job's page waits for the job to come to rest.
+const MAX_WAIT_S: u64 = 30;
 /// Jobs listed per section of the attention queue.
 const QUEUE_LENGTH: u32 = 50;
 
@@ -170,6 +172,8 @@ async fn sign_in(State(state): State<AppState>, Form(form): Form<SignIn>) -> Res
 
 #[derive(Deserialize)]
 struct Token {
+    /// Missing is refused as any other token that does not match.
+    #[serde(default)]
     csrf: String,
 }
 
@@ -259,18 +263,47 @@ async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Response {
     )
 }
 
+#[derive(Deserialize)]
+struct JobQuery {
+    /// Seconds to wait for the job to come to rest first (after a retry).
+    wait: Option<u64>,
+}
+
 async fn job_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(query): Query<JobQuery>,
 ) -> Response {
     let Some(op) = operator(&state, &headers) else {
         return to_sign_in();
     };
     let id = JobId(id);
-    let (job, attempts) = match state.inner.store.job_and_attempts(&op.owner, &id).await {
+    let found = match query.wait {
+        Some(seconds) => match state.inner.store.job(&op.owner, &id).await {
+            Ok(job) => {
+                let seen = crate::service::CreatedJob {
+                    job,
+                    replayed: true,
+                    waiter: Some(state.inner.settled.watch(&id)),
+                };
+                let limit = Duration::from_secs(seconds.min(MAX_WAIT_S));
+                crate::service::wait_at_rest(&state, &op.owner, seen, limit)
+                    .await
+                    .map(|(_, job, attempts)| (job, attempts))
+            }
+            Err(e) => Err(e.into()),
+        },
+        None => state
+            .inner
+            .store
+            .job_and_attempts(&op.owner, &id)
+            .await
+            .map_err(Into::into),
+    };
+    let (job, attempts) = match found {
         Ok(found) => found,
-        Err(e) => return crate::error::ApiError::from(e).into_response(),
+        Err(e) => return crate::error::ApiError::into_response(e),
     };
     let races = state
         .inner
@@ -482,7 +515,8 @@ async fn retry(
         Err(refused) => return refused.into_response(),
     };
     match crate::service::retry(&state, &op.owner, &JobId(id.clone())).await {
-        Ok(()) => Redirect::to(&format!("/ui/jobs/{id}")).into_response(),
+        // The job's page shows the outcome once the new attempt has one.
+        Ok(()) => Redirect::to(&format!("/ui/jobs/{id}?wait=10")).into_response(),
         Err(e) => confirmation(&op, &id, &retry_question(&id), Some(e.detail)),
     }
 }
