@@ -43,6 +43,7 @@ mod operator_pages {
         only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie,
         the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text,
         an_unknown_job_is_cancelled_with_confirmation_then_retried_to_success,
+        the_certification_matrix_says_why_a_provider_is_not_eligible,
     );
 }
 

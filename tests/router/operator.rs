@@ -364,3 +364,86 @@ async fn the_operator_pages_in_a_real_browser() {
     assert_eq!(seen["no_js_state"], "succeeded", "{seen}");
     assert!(shots.join("queue.png").is_file() && shots.join("job.png").is_file());
 }
+
+pub async fn the_certification_matrix_says_why_a_provider_is_not_eligible(db: &TestDb) {
+    let fakes = [
+        FakeProvider::start(Script::always(Behavior::Hang))
+            .await
+            .unwrap(),
+        FakeProvider::start(Script::always(Behavior::Hang))
+            .await
+            .unwrap(),
+        FakeProvider::start(Script::always(Behavior::Hang))
+            .await
+            .unwrap(),
+        FakeProvider::start(Script::always(Behavior::Hang))
+            .await
+            .unwrap(),
+    ];
+    let elsewhere = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let ids = ["stale", "expired", "moved", "good"];
+    let providers: Vec<(&str, &FakeProvider)> = ids.iter().copied().zip(fakes.iter()).collect();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"stale\", \"expired\", \"moved\", \"good\"]\n";
+    // `moved` was certified at another URL than the one configured now.
+    let mut m = crate::harness::manifest(&[
+        ("stale", &fakes[0], "language-detect"),
+        ("expired", &fakes[1], "language-detect"),
+        ("moved", &elsewhere, "language-detect"),
+        ("good", &fakes[3], "language-detect"),
+    ]);
+    m.entries[0].contract_digest = "sha256:an-older-contract".into();
+    m.entries[1].expires_at =
+        surety_manifest::now_rfc3339(time::OffsetDateTime::now_utc() - time::Duration::hours(1));
+    let router = Router::start(db, &providers, route, &m, "").await;
+    let (_, headers, _) = sign_in(&router, ACME_ADMIN).await;
+    let session = headers[SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, matrix) = page(&router, &session, "/ui/certification").await;
+    assert_eq!(status, StatusCode::OK);
+    let row = |provider: &str| {
+        matrix
+            .split("<tr>")
+            .find(|r| r.contains(&format!("<td>{provider}</td>")))
+            .unwrap_or_else(|| panic!("no row for {provider}: {matrix}"))
+            .to_owned()
+    };
+    assert!(
+        row("stale").contains("class=\"state stale\""),
+        "{}",
+        row("stale")
+    );
+    assert!(
+        row("stale").contains("contract"),
+        "the reason names what changed: {}",
+        row("stale")
+    );
+    assert!(
+        row("expired").contains("class=\"state expired\""),
+        "{}",
+        row("expired")
+    );
+    assert!(row("expired").contains("expired at"), "{}", row("expired"));
+    assert!(
+        row("moved").contains("class=\"state provider_changed\""),
+        "{}",
+        row("moved")
+    );
+    assert!(
+        row("moved").contains("base_url"),
+        "the reason names the field: {}",
+        row("moved")
+    );
+    assert!(
+        row("good").contains("class=\"state certified\""),
+        "{}",
+        row("good")
+    );
+    assert!(matrix.contains("Manifest generated at"), "{matrix}");
+}
