@@ -29,6 +29,23 @@ async fn sign_in(router: &Router, key: &str) -> (StatusCode, HeaderMap, String) 
     (status, headers, response.text().await.unwrap())
 }
 
+/// An admin's session cookie, as the browser would send it back.
+async fn admin_session(router: &Router) -> String {
+    let (_, headers, _) = sign_in(router, ACME_ADMIN).await;
+    let cookie = headers[SET_COOKIE].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+/// The CSRF token of the first form of a page that carries one in `main`,
+/// or of its header's sign-out form.
+fn token_in(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned()
+}
+
 /// `path` with the session cookie `cookie`.
 async fn page(router: &Router, cookie: &str, path: &str) -> (StatusCode, String) {
     let response = client()
@@ -74,12 +91,7 @@ pub async fn only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie(
     assert!(body.contains("Needs attention"), "{body}");
 
     // Signing out needs the page's token: a form from elsewhere is refused.
-    let token = body
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap()
-        .to_owned();
+    let token = token_in(&body);
     let out = |csrf: &str| {
         client()
             .post(format!("{}/ui/sign-out", router.base))
@@ -116,14 +128,7 @@ pub async fn the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text(db
     let (_, _, fine) = router.create(ACME, "op-3", &detect("fine"), Some(5)).await;
     assert_eq!(fine["state"], "succeeded", "{fine}");
 
-    let (_, headers, _) = sign_in(&router, ACME_ADMIN).await;
-    let session = headers[SET_COOKIE]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let session = admin_session(&router).await;
     let (status, queue) = page(&router, &session, "/ui").await;
     assert_eq!(status, StatusCode::OK);
     let mine = mine["id"].as_str().unwrap();
@@ -179,14 +184,7 @@ pub async fn an_unknown_job_is_cancelled_with_confirmation_then_retried_to_succe
         .await;
     assert_eq!(job["state"], "unknown", "{job}");
     let id = job["id"].as_str().unwrap();
-    let (_, headers, _) = sign_in(&router, ACME_ADMIN).await;
-    let session = headers[SET_COOKIE]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let session = admin_session(&router).await;
     let (_, job_page) = page(&router, &session, &format!("/ui/jobs/{id}")).await;
     let cancel = format!("/ui/jobs/{id}/attempts/1/cancel");
     assert!(
@@ -197,12 +195,7 @@ pub async fn an_unknown_job_is_cancelled_with_confirmation_then_retried_to_succe
     let (status, ask) = page(&router, &session, &cancel).await;
     assert_eq!(status, StatusCode::OK);
     assert!(ask.contains("may have done the work"), "{ask}");
-    let token = ask
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap()
-        .to_owned();
+    let token = token_in(&ask);
     let post = |path: String, csrf: String| {
         client()
             .post(format!("{}{path}", router.base))
@@ -397,14 +390,7 @@ pub async fn the_certification_matrix_says_why_a_provider_is_not_eligible(db: &T
     m.entries[1].expires_at =
         surety_manifest::now_rfc3339(time::OffsetDateTime::now_utc() - time::Duration::hours(1));
     let router = Router::start(db, &providers, route, &m, "").await;
-    let (_, headers, _) = sign_in(&router, ACME_ADMIN).await;
-    let session = headers[SET_COOKIE]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let session = admin_session(&router).await;
     let (status, matrix) = page(&router, &session, "/ui/certification").await;
     assert_eq!(status, StatusCode::OK);
     let row = |provider: &str| {
@@ -414,36 +400,15 @@ pub async fn the_certification_matrix_says_why_a_provider_is_not_eligible(db: &T
             .unwrap_or_else(|| panic!("no row for {provider}: {matrix}"))
             .to_owned()
     };
-    assert!(
-        row("stale").contains("class=\"state stale\""),
-        "{}",
-        row("stale")
-    );
-    assert!(
-        row("stale").contains("contract"),
-        "the reason names what changed: {}",
-        row("stale")
-    );
-    assert!(
-        row("expired").contains("class=\"state expired\""),
-        "{}",
-        row("expired")
-    );
-    assert!(row("expired").contains("expired at"), "{}", row("expired"));
-    assert!(
-        row("moved").contains("class=\"state provider_changed\""),
-        "{}",
-        row("moved")
-    );
-    assert!(
-        row("moved").contains("base_url"),
-        "the reason names the field: {}",
-        row("moved")
-    );
-    assert!(
-        row("good").contains("class=\"state certified\""),
-        "{}",
-        row("good")
-    );
+    for (provider, status, why) in [
+        ("stale", "stale", "contract"),
+        ("expired", "expired", "expired at"),
+        ("moved", "provider_changed", "base_url"),
+        ("good", "certified", "certified"),
+    ] {
+        let row = row(provider);
+        assert!(row.contains(&format!("class=\"state {status}\"")), "{row}");
+        assert!(row.contains(why), "the reason says {why}: {row}");
+    }
     assert!(matrix.contains("Manifest generated at"), "{matrix}");
 }
