@@ -17,6 +17,8 @@ use time::OffsetDateTime;
 pub const ACME: &str = "key-acme";
 pub const ACME_ADMIN: &str = "key-acme-admin";
 pub const GLOBEX: &str = "key-globex";
+/// An admin whose operator pages show every owner's jobs.
+pub const OPS: &str = "key-ops";
 
 pub fn contracts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../contracts")
@@ -127,13 +129,15 @@ impl Router {
             "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
              [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
              [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\nadmin = true\n\
-             [[api_keys]]\nowner = \"globex\"\nsha256 = \"{}\"\n",
+             [[api_keys]]\nowner = \"globex\"\nsha256 = \"{}\"\n\
+             [[api_keys]]\nowner = \"ops\"\nsha256 = \"{}\"\nadmin = true\nall_owners = true\n",
             db.url,
             manifest_path.display(),
             contracts_dir().display(),
             hash(ACME),
             hash(ACME_ADMIN),
-            hash(GLOBEX)
+            hash(GLOBEX),
+            hash(OPS)
         );
         toml.push_str(providers);
         toml.push_str(routes);

@@ -44,6 +44,7 @@ mod operator_pages {
         the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text,
         an_unknown_job_is_cancelled_with_confirmation_then_retried_to_success,
         the_certification_matrix_says_why_a_provider_is_not_eligible,
+        an_operator_of_every_owner_sees_and_acts_on_every_owners_jobs,
     );
 }
 

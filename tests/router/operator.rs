@@ -7,7 +7,7 @@ use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
 use surety_fake_provider::{Behavior, FakeProvider, Script, When};
 use surety_tests::TestDb;
 
-use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect};
+use crate::harness::{ACME, ACME_ADMIN, GLOBEX, OPS, Router, detect};
 
 /// A client that keeps nothing and follows no redirect: each test says
 /// what it sends.
@@ -31,7 +31,12 @@ async fn sign_in(router: &Router, key: &str) -> (StatusCode, HeaderMap, String) 
 
 /// An admin's session cookie, as the browser would send it back.
 async fn admin_session(router: &Router) -> String {
-    let (_, headers, _) = sign_in(router, ACME_ADMIN).await;
+    session_of(router, ACME_ADMIN).await
+}
+
+/// The session cookie of `key`, signed in.
+async fn session_of(router: &Router, key: &str) -> String {
+    let (_, headers, _) = sign_in(router, key).await;
     let cookie = headers[SET_COOKIE].to_str().unwrap();
     cookie.split(';').next().unwrap().to_owned()
 }
@@ -411,4 +416,54 @@ pub async fn the_certification_matrix_says_why_a_provider_is_not_eligible(db: &T
         assert!(row.contains(why), "the reason says {why}: {row}");
     }
     assert!(matrix.contains("Manifest generated at"), "{matrix}");
+}
+
+pub async fn an_operator_of_every_owner_sees_and_acts_on_every_owners_jobs(db: &TestDb) {
+    let fake = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let router = Router::one_route(db, &fake, "attempt_timeout_ms = 300\n").await;
+    let (_, _, mine) = router
+        .create(ACME, "all-1", &detect("hello"), Some(5))
+        .await;
+    let (_, _, theirs) = router
+        .create(GLOBEX, "all-2", &detect("hello"), Some(5))
+        .await;
+    let id = |job: &serde_json::Value| job["id"].as_str().unwrap().to_owned();
+    let session = session_of(&router, OPS).await;
+    let (status, queue) = page(&router, &session, "/ui").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        queue.contains(&id(&mine)) && queue.contains(&id(&theirs)),
+        "{queue}"
+    );
+    assert!(queue.contains("every owner"), "{queue}");
+    // The figures: jobs by state, attempts by provider and outcome.
+    let by_state = queue.split("id=\"by-state\"").nth(1).unwrap();
+    assert!(by_state.contains("unknown</span></td><td>2"), "{by_state}");
+    let attempts = queue.split("id=\"attempts\"").nth(1).unwrap();
+    assert!(
+        attempts.contains("<td>fake-a</td><td>unknown</td><td>2</td>"),
+        "{attempts}"
+    );
+    // Another owner's job opens, and its attempt can be cancelled.
+    let (status, job) = page(&router, &session, &format!("/ui/jobs/{}", id(&theirs))).await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    let cancel = format!("/ui/jobs/{}/attempts/1/cancel", id(&theirs));
+    let (_, ask) = page(&router, &session, &cancel).await;
+    let done = client()
+        .post(format!("{}{cancel}", router.base))
+        .header("cookie", &session)
+        .form(&[("csrf", token_in(&ask))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    let (_, after) = router
+        .get(GLOBEX, &format!("/v1/jobs/{}", id(&theirs)))
+        .await;
+    assert_eq!(after["attempts"][0]["state"], "cancelled", "{after}");
+    // An admin of one owner still sees only that owner's.
+    let (_, acme_queue) = page(&router, &admin_session(&router).await, "/ui").await;
+    assert!(!acme_queue.contains(&id(&theirs)), "{acme_queue}");
 }

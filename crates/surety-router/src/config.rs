@@ -89,6 +89,9 @@ struct RawApiKey {
     sha256: String,
     #[serde(default)]
     admin: bool,
+    /// An admin whose operator pages show every owner's jobs.
+    #[serde(default)]
+    all_owners: bool,
 }
 
 /// One API key's owner and scope.
@@ -96,6 +99,9 @@ struct RawApiKey {
 pub struct ApiKey {
     pub owner: String,
     pub admin: bool,
+    /// The operator's pages show (and act on) every owner's jobs, not only
+    /// `owner`'s. Only an admin's key may say so.
+    pub all_owners: bool,
 }
 
 /// Enough for PostgreSQL to commit many jobs together, few enough for
@@ -217,12 +223,19 @@ impl RouterConfig {
                     "must not be empty",
                 ));
             }
+            if key.all_owners && !key.admin {
+                return Err(ConfigError::at(
+                    format!("api_keys[{i}].all_owners"),
+                    "only an admin key may operate for every owner (set `admin = true`)",
+                ));
+            }
             if api_keys
                 .insert(
                     hash,
                     ApiKey {
                         owner: key.owner,
                         admin: key.admin,
+                        all_owners: key.all_owners,
                     },
                 )
                 .is_some()
@@ -446,6 +459,11 @@ providers = ["fake"]
                 "`server.request_read_timeout_ms`",
             ),
             ("owner = \"acme\"", "owner = \"\"", "`api_keys[0].owner`"),
+            (
+                "owner = \"acme\"",
+                "owner = \"acme\"\nall_owners = true",
+                "`api_keys[0].all_owners`",
+            ),
             (
                 "providers = [\"fake\"]",
                 "providers = [\"nobody\"]",

@@ -25,6 +25,7 @@ use surety_store::{JobId, OwnerId};
 
 use crate::AppState;
 use crate::config::ApiKey;
+use crate::error::ApiError;
 
 const COOKIE: &str = "surety_operator";
 /// The longest a job's page waits for the job to come to rest.
@@ -100,13 +101,29 @@ fn page(status: StatusCode, name: &str, context: Value) -> Response {
 /// A signed-in admin.
 struct Operator {
     owner: OwnerId,
+    /// Whose jobs the pages show: the key's owner's, or (`None`) every
+    /// owner's, for a key marked `all_owners`.
+    scope: Option<OwnerId>,
     /// The token every form that changes something must carry.
     csrf: String,
 }
 
 impl Operator {
     fn view(&self) -> Value {
-        json!({"owner": self.owner.0, "csrf": self.csrf})
+        let scope = match &self.scope {
+            Some(owner) => owner.0.clone(),
+            None => "every owner".to_owned(),
+        };
+        json!({"owner": self.owner.0, "scope": scope, "csrf": self.csrf})
+    }
+
+    /// The owner of `job_id` this operator may see: the scope's, or the
+    /// job's own for an operator of every owner.
+    async fn owner_of(&self, state: &AppState, job_id: &JobId) -> Result<OwnerId, ApiError> {
+        match &self.scope {
+            Some(owner) => Ok(owner.clone()),
+            None => Ok(state.inner.store.owner_of(job_id).await?),
+        }
     }
 }
 
@@ -121,8 +138,10 @@ fn operator(state: &AppState, headers: &HeaderMap) -> Option<Operator> {
         .and_then(|v| hex::decode(v).ok())
         .and_then(|v| String::from_utf8(v).ok())?;
     let found = admin(state, &key)?;
+    let owner = OwnerId(found.owner.clone());
     Some(Operator {
-        owner: OwnerId(found.owner.clone()),
+        scope: (!found.all_owners).then(|| owner.clone()),
+        owner,
         csrf: hex::encode(Sha256::digest(format!("surety-operator-csrf\0{key}"))),
     })
 }
@@ -224,11 +243,11 @@ async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let (unknown, failed) = match state
         .inner
         .store
-        .attention(Some(&op.owner), QUEUE_LENGTH)
+        .attention(op.scope.as_ref(), QUEUE_LENGTH)
         .await
     {
         Ok(lists) => lists,
-        Err(e) => return crate::error::ApiError::from(e).into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
     };
     let now = now_ms();
     let rows = |jobs: &[surety_store::Job]| -> Vec<Value> {
@@ -240,7 +259,7 @@ async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Response {
     // What is known: the last attempt's provider and error.
     for (rows, jobs) in [(&mut unknown_rows, &unknown), (&mut failed_rows, &failed)] {
         for (row, job) in rows.iter_mut().zip(jobs.iter()) {
-            if let Ok(attempts) = state.inner.store.attempts(&op.owner, &job.id).await
+            if let Ok(attempts) = state.inner.store.attempts(&job.owner, &job.id).await
                 && let Some(last) = attempts.last()
             {
                 row["provider"] = json!(last.provider);
@@ -256,10 +275,42 @@ async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Response {
         {"name": "answers held while the database was away", "value": m.results_held.get()},
         {"name": "jobs pruned past retention", "value": m.pruned_jobs.get()},
     ]);
+    let by_state = state
+        .inner
+        .store
+        .jobs_by_state(op.scope.as_ref())
+        .await
+        .unwrap_or_default();
+    let by_state: Vec<Value> = by_state
+        .iter()
+        .map(|(state, n)| json!({"state": state, "count": n}))
+        .collect();
+    // Attempts by provider and outcome, as this router counted them.
+    let mut attempts = Vec::new();
+    for family in prometheus::core::Collector::collect(&m.attempts) {
+        for metric in family.get_metric() {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map_or("", |l| l.value())
+                    .to_owned()
+            };
+            attempts.push(json!({
+                "provider": label("provider"),
+                "outcome": label("outcome"),
+                "count": metric.get_counter().get_value() as u64,
+            }));
+        }
+    }
     page(
         StatusCode::OK,
         "queue.html",
-        json!({"operator": op.view(), "unknown": unknown_rows, "failed": failed_rows, "figures": figures}),
+        json!({
+            "operator": op.view(), "unknown": unknown_rows, "failed": failed_rows,
+            "figures": figures, "by_state": by_state, "attempts": attempts,
+        }),
     )
 }
 
@@ -279,8 +330,12 @@ async fn job_page(
         return to_sign_in();
     };
     let id = JobId(id);
+    let owner = match op.owner_of(&state, &id).await {
+        Ok(owner) => owner,
+        Err(e) => return e.into_response(),
+    };
     let found = match query.wait {
-        Some(seconds) => match state.inner.store.job(&op.owner, &id).await {
+        Some(seconds) => match state.inner.store.job(&owner, &id).await {
             Ok(job) => {
                 let seen = crate::service::CreatedJob {
                     job,
@@ -288,7 +343,7 @@ async fn job_page(
                     waiter: Some(state.inner.settled.watch(&id)),
                 };
                 let limit = Duration::from_secs(seconds.min(MAX_WAIT_S));
-                crate::service::wait_at_rest(&state, &op.owner, seen, limit)
+                crate::service::wait_at_rest(&state, &owner, seen, limit)
                     .await
                     .map(|(_, job, attempts)| (job, attempts))
             }
@@ -297,18 +352,18 @@ async fn job_page(
         None => state
             .inner
             .store
-            .job_and_attempts(&op.owner, &id)
+            .job_and_attempts(&owner, &id)
             .await
             .map_err(Into::into),
     };
     let (job, attempts) = match found {
         Ok(found) => found,
-        Err(e) => return crate::error::ApiError::into_response(e),
+        Err(e) => return e.into_response(),
     };
     let races = state
         .inner
         .store
-        .races(&op.owner, &id)
+        .races(&owner, &id)
         .await
         .unwrap_or_default();
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
@@ -498,7 +553,12 @@ async fn cancel(
         Ok(op) => op,
         Err(refused) => return refused.into_response(),
     };
-    match crate::service::cancel(&state, &op.owner, &JobId(id.clone()), n).await {
+    let job_id = JobId(id.clone());
+    let done = match op.owner_of(&state, &job_id).await {
+        Ok(owner) => crate::service::cancel(&state, &owner, &job_id, n).await,
+        Err(e) => Err(e),
+    };
+    match done {
         Ok(()) => Redirect::to(&format!("/ui/jobs/{id}")).into_response(),
         Err(e) => confirmation(&op, &id, &cancel_question(&id, n), Some(e.detail)),
     }
@@ -514,7 +574,12 @@ async fn retry(
         Ok(op) => op,
         Err(refused) => return refused.into_response(),
     };
-    match crate::service::retry(&state, &op.owner, &JobId(id.clone())).await {
+    let job_id = JobId(id.clone());
+    let done = match op.owner_of(&state, &job_id).await {
+        Ok(owner) => crate::service::retry(&state, &owner, &job_id).await,
+        Err(e) => Err(e),
+    };
+    match done {
         // The job's page shows the outcome once the new attempt has one.
         Ok(()) => Redirect::to(&format!("/ui/jobs/{id}?wait=10")).into_response(),
         Err(e) => confirmation(&op, &id, &retry_question(&id), Some(e.detail)),

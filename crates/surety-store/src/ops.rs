@@ -496,6 +496,38 @@ pub(crate) async fn jobs_in_state<C: Conn>(
         .collect()
 }
 
+/// The owner of a job, whoever it is.
+pub(crate) async fn owner_of<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+) -> Result<OwnerId, StoreError> {
+    let row = c
+        .row(&sql.select_job_owner, &[Text(&job_id.0)])
+        .await?
+        .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
+    Ok(OwnerId(col(&row, 0, "owner_id")?.text("owner_id")?))
+}
+
+/// How many jobs are in each state, of `owner` or of every owner.
+pub(crate) async fn count_by_state<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: Option<&OwnerId>,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    let owner = owner.map_or("", |o| o.0.as_str());
+    c.rows(&sql.count_jobs_by_state, &[Text(owner)])
+        .await?
+        .iter()
+        .map(|row| {
+            Ok((
+                col(row, 0, "state")?.text("state")?,
+                col(row, 1, "n")?.int("n")?,
+            ))
+        })
+        .collect()
+}
+
 /// A round trip to the database.
 pub(crate) async fn ping<C: Conn>(c: &mut C, sql: &Sql) -> Result<(), StoreError> {
     c.row(&sql.ping, &[]).await?;

@@ -45,6 +45,10 @@ pub struct Sql {
     /// Jobs in state `$1` of owner `$2` (every owner when `$2` is empty),
     /// oldest change first, at most `$3`; and the same newest first.
     pub jobs_in_state_oldest: String,
+    /// The owner of job `$1`, for an operator of every owner.
+    pub select_job_owner: String,
+    /// Jobs per state, of owner `$1` (every owner when empty).
+    pub count_jobs_by_state: String,
     pub jobs_in_state_newest: String,
     /// The pages the database file holds in use (SQLite).
     pub pages_in_use: Option<String>,
@@ -250,6 +254,11 @@ impl Sql {
                 ))],
             },
             ping: fill("SELECT CAST(1 AS BIGINT) AS up"),
+            select_job_owner: fill("SELECT owner_id FROM jobs WHERE id = $1"),
+            count_jobs_by_state: fill(
+                "SELECT state, COUNT(*) AS n FROM jobs WHERE ($1 = '' OR owner_id = $1) \
+                 GROUP BY state ORDER BY state",
+            ),
             jobs_in_state_oldest: fill(
                 "SELECT {job_columns} FROM jobs WHERE state = $1 AND ($2 = '' OR owner_id = $2) \
                  ORDER BY updated_at_ms, id LIMIT $3",

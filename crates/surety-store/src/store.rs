@@ -492,6 +492,20 @@ impl Store {
         Ok((unknown, failed))
     }
 
+    /// The owner of a job, for an operator of every owner: the owner-scoped
+    /// operations then take it.
+    pub async fn owner_of(&self, job_id: &JobId) -> Result<OwnerId, StoreError> {
+        on_engine!(self, read, |c, sql| ops::owner_of(c, sql, job_id))
+    }
+
+    /// How many jobs are in each state, of `owner` or of every owner.
+    pub async fn jobs_by_state(
+        &self,
+        owner: Option<&OwnerId>,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        on_engine!(self, read, |c, sql| ops::count_by_state(c, sql, owner))
+    }
+
     /// Whether the database answers a round trip now.
     pub async fn ping(&self) -> Result<(), StoreError> {
         on_engine!(self, read, |c, sql| ops::ping(c, sql))
