@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider, Script, When};
-use surety_tests::chaos::{self, Audit, Books, FLOOD_KEY, KEY, Load, RouterProcess};
+use surety_tests::chaos::{self, Audit, Books, Load};
+use surety_tests::serve::{self, FLOOD_KEY, KEY, RouterProcess};
 use surety_tests::{Engine, TestDb};
 
 /// The WAL may not pass this (the store's bound: a RESTART checkpoint past
@@ -411,7 +412,7 @@ async fn crash_loop(s: &Scenario<'_>) -> Row {
     use rand::Rng;
     let db = TestDb::new(s.engine).await.unwrap();
     let fake = chaos::answering_fake(ANSWER_MS).await;
-    let dir = chaos::workspace(s.repo, &db.url, &fake, SERVER);
+    let dir = serve::workspace(s.repo, &db.url, &fake, SERVER);
     let mut cluster = Cluster::start(s.bin, dir, 1).await;
     let load = Running::start(&cluster, acme(16, "crash", hello));
     let every = s.length / 20;
@@ -440,7 +441,7 @@ async fn crash_loop(s: &Scenario<'_>) -> Row {
 async fn database_outage(s: &Scenario<'_>) -> Row {
     let db = TestDb::own_postgres().await.unwrap();
     let fake = chaos::answering_fake(ANSWER_MS).await;
-    let dir = chaos::workspace(
+    let dir = serve::workspace(
         s.repo,
         &db.url,
         &fake,
@@ -484,7 +485,7 @@ async fn database_full(s: &Scenario<'_>) -> Row {
     let fake = chaos::answering_fake(ANSWER_MS).await;
     let retention = s.retention.unwrap_or_default().as_millis();
     let server = format!("{SERVER}sqlite_max_bytes = 2097152\nretention_ms = {retention}\n");
-    let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
+    let dir = serve::workspace(s.repo, &db.url, &fake, &server);
     let mut cluster = Cluster::start(s.bin, dir, 1).await;
     let load = Running::start(
         &cluster,
@@ -526,7 +527,7 @@ async fn hostile_providers(s: &Scenario<'_>) -> Row {
     })
     .await
     .unwrap();
-    let dir = chaos::workspace(s.repo, &db.url, &fake, SERVER);
+    let dir = serve::workspace(s.repo, &db.url, &fake, SERVER);
     let mut cluster = Cluster::start(s.bin, dir, 1).await;
     let text = |n: u64| {
         let kind = match n % 10 {
@@ -570,7 +571,7 @@ async fn hostile_clients(s: &Scenario<'_>) -> Row {
         "{SERVER}max_connections = 1024\nrequest_read_timeout_ms = 1000\n\
          owner_requests_per_second = 400\nowner_burst = 400\nowner_max_in_flight = 16\n"
     );
-    let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
+    let dir = serve::workspace(s.repo, &db.url, &fake, &server);
     let mut cluster = Cluster::start(s.bin, dir, 1).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut hostile = tokio::task::JoinSet::new();
@@ -646,7 +647,7 @@ async fn sustained_load(s: &Scenario<'_>, load: Load) -> Row {
     let fake = chaos::answering_fake(0).await;
     let retention = s.retention.unwrap_or(s.length);
     let server = format!("{SERVER}retention_ms = {}\n", retention.as_millis());
-    let dir = chaos::workspace(s.repo, &db.url, &fake, &server);
+    let dir = serve::workspace(s.repo, &db.url, &fake, &server);
     let mut cluster = Cluster::start(s.bin, dir, 1).await;
     let fixed_rate = load.rate.is_some();
     let load = Running::start(&cluster, load);

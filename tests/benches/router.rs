@@ -12,18 +12,15 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use surety_fake_provider::{Behavior, FakeProvider, Script};
+use surety_tests::serve::{self, KEY, RouterProcess};
 use surety_tests::{Engine, TestDb};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
-const KEY: &str = "bench-key";
 const CLIENTS: [usize; 3] = [1, 16, 64];
 const RATES: [u64; 2] = [100, 500];
 
@@ -97,8 +94,11 @@ async fn run() {
         let Some(db) = TestDb::new(engine).await else {
             continue;
         };
-        let dir = tempfile::tempdir().unwrap();
-        let (mut router, base) = start_router(&bin, &repo, &db, &fake, dir.path(), server).await;
+        let dir = serve::workspace(&repo, &db.url, &fake, server);
+        // The router's own lines only: a line per request would be the load.
+        let log = "info,surety_store=warn,surety_router=warn,tower_http=warn";
+        let router = RouterProcess::start_with(&bin, dir.path(), &[], log).await;
+        let base = router.base.clone();
         let counter = Arc::new(AtomicU64::new(0));
         let mut loads: Vec<(String, Load)> = CLIENTS
             .iter()
@@ -139,10 +139,10 @@ async fn run() {
                 "added_p99_ms": added,
             }));
         }
-        let rss = rss_kib(router.id().unwrap_or(0));
+        let rss = router.rss_kib();
         println!("{name:<9} router RSS after the run: {} MiB", rss / 1024);
         cells.push(json!({"engine": name, "router_rss_kib": rss}));
-        router.kill().await.unwrap();
+        router.kill().await;
         if engine == Engine::Postgres {
             // The floor under every PostgreSQL job: it commits durably twice
             // (the job before the provider call, the result before the answer).
@@ -186,60 +186,6 @@ async fn durable_commits(db: &TestDb, n: usize) -> Sample {
 /// e.g. `SURETY_BENCH_ENGINES=sqlite SURETY_BENCH_CELLS="open 500/s"`.
 fn chosen(var: &str, item: &str) -> bool {
     std::env::var(var).map_or(true, |list| list.split(',').any(|x| x.trim() == item))
-}
-
-async fn start_router(
-    bin: &Path,
-    repo: &Path,
-    db: &TestDb,
-    fake: &FakeProvider,
-    dir: &Path,
-    server: &str,
-) -> (tokio::process::Child, String) {
-    let contract =
-        surety_contracts::Contract::load(&repo.join("contracts/language-detect")).unwrap();
-    let now = time::OffsetDateTime::now_utc();
-    let mut manifest = surety_manifest::Manifest::new(now);
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\
-         [[api_keys]]\nowner = \"bench\"\nsha256 = \"{}\"\n\
-         [providers.fake]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake\"\ncontext_window = 16000\n\
-         [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake\"]\n",
-        db.url,
-        dir.join("manifest.json").display(),
-        repo.join("contracts").display(),
-        hex::encode(Sha256::digest(KEY.as_bytes())),
-        fake.openai_base_url()
-    );
-    let parsed = surety_router::RouterConfig::from_toml(&config).unwrap();
-    manifest.entries.push(surety_tests::certified_entry(
-        &parsed.providers["fake"],
-        &contract,
-        now + time::Duration::days(1),
-    ));
-    manifest.write(&dir.join("manifest.json")).unwrap();
-    std::fs::write(dir.join("surety.toml"), config).unwrap();
-    let mut child = tokio::process::Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(dir.join("surety.toml"))
-        .env(
-            "RUST_LOG",
-            "info,surety_store=warn,surety_router=warn,tower_http=warn",
-        )
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut base = String::new();
-    while let Some(line) = lines.next_line().await.unwrap() {
-        if let Some(addr) = line.split("addr=").nth(1) {
-            base = format!("http://{}", addr.split_whitespace().next().unwrap());
-            break;
-        }
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, base)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -330,15 +276,4 @@ async fn drive(
         latencies,
         elapsed: started.elapsed(),
     }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }

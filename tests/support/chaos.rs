@@ -1,71 +1,22 @@
-//! Faults under load against the real `surety serve` binary: a router
-//! process that can be killed and restarted, a load of clients that keep
-//! the books (every acknowledged job, every answer by status, latencies),
-//! and the audit of those books against the database and the provider's
-//! own count of calls. Used by `cargo xtask chaos` (`benches/chaos.rs`) and
-//! by the suite's shorter fault tests.
+//! Faults under load against the real `surety serve` binary (run as
+//! `serve::RouterProcess`): a load of clients that keep the books (every
+//! acknowledged job, every answer by status, latencies), and the audit of
+//! those books against the database and the provider's own count of
+//! calls. Used by `cargo xtask chaos` (`benches/chaos.rs`) and by the
+//! suite's shorter fault tests.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use sqlx::Row;
 use surety_fake_provider::FakeProvider;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::TestDb;
-
-/// The API key of the owner whose jobs the books follow.
-pub const KEY: &str = "chaos-acme";
-/// The API key of an owner that floods.
-pub const FLOOD_KEY: &str = "chaos-flood";
-
-/// A directory with `surety.toml` (one route, `language`, to the fake as
-/// `fake-a`; owners `acme` and `flood`; `server` added to `[server]`) and a
-/// manifest certifying it.
-pub fn workspace(
-    repo: &Path,
-    db_url: &str,
-    fake: &FakeProvider,
-    server: &str,
-) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let contract = surety_contracts::Contract::load(&repo.join("contracts/language-detect"))
-        .expect("the contract");
-    let now = time::OffsetDateTime::now_utc();
-    let mut manifest = surety_manifest::Manifest::new(now);
-    let hash = |key: &str| hex::encode(Sha256::digest(key.as_bytes()));
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
-         [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
-         [[api_keys]]\nowner = \"flood\"\nsha256 = \"{}\"\n\
-         [providers.fake-a]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"a\"\ncontext_window = 16000\n\
-         [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n",
-        db_url,
-        dir.path().join("manifest.json").display(),
-        repo.join("contracts").display(),
-        hash(KEY),
-        hash(FLOOD_KEY),
-        fake.openai_base_url()
-    );
-    let parsed = surety_router::RouterConfig::from_toml(&config).expect("a valid config");
-    manifest.entries.push(crate::certified_entry(
-        &parsed.providers["fake-a"],
-        &contract,
-        now + time::Duration::days(1),
-    ));
-    manifest
-        .write(&dir.path().join("manifest.json"))
-        .expect("the manifest");
-    std::fs::write(dir.path().join("surety.toml"), config).expect("the config");
-    dir
-}
 
 /// A provider that answers every request after `latency_ms`, counting
 /// calls only (a long run's requests are not kept).
@@ -82,76 +33,6 @@ pub async fn answering_fake(latency_ms: u64) -> FakeProvider {
     })
     .await
     .expect("the fake provider starts")
-}
-
-/// A running `surety serve`.
-#[derive(Debug)]
-pub struct RouterProcess {
-    child: tokio::process::Child,
-    pub base: String,
-    pub pid: u32,
-}
-
-impl RouterProcess {
-    /// Starts `bin serve --config <dir>/surety.toml` and waits until it listens.
-    pub async fn start(bin: &Path, dir: &Path) -> RouterProcess {
-        let mut child = tokio::process::Command::new(bin)
-            .args(["serve", "--config"])
-            .arg(dir.join("surety.toml"))
-            .env("RUST_LOG", "warn,surety=info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("surety serve starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("its log")).lines();
-        let mut base = None;
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("surety serving")
-                && let Some(addr) = line
-                    .split(|c: char| c.is_whitespace() || c == '"' || c == '=' || c == ',')
-                    .find(|w| w.starts_with("127.0.0.1:"))
-            {
-                base = Some(format!("http://{addr}"));
-                break;
-            }
-        }
-        // Keep reading its log so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        RouterProcess {
-            pid: child.id().expect("a pid"),
-            child,
-            base: base.expect("surety serve said where it listens"),
-        }
-    }
-
-    /// Its peak resident memory so far, in KiB (`VmHWM`).
-    pub fn peak_rss_kib(&self) -> u64 {
-        peak_rss_kib(self.pid)
-    }
-
-    /// SIGKILL: no shutdown, no cleanup. Returns its peak RSS in KiB.
-    pub async fn kill(mut self) -> u64 {
-        let peak = self.peak_rss_kib();
-        self.child.kill().await.expect("SIGKILL");
-        peak
-    }
-}
-
-/// `VmHWM` of process `pid`, in KiB; 0 where it cannot be read.
-pub fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmHWM:"))?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
 
 /// What the clients saw: every acknowledged job, every answer by status.

@@ -10,6 +10,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // Test support fails the test on setup errors.
 
 pub mod chaos;
+pub mod serve;
 
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor, Row};

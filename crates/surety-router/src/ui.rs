@@ -534,6 +534,20 @@ impl IntoResponse for Refused {
     }
 }
 
+/// After an action: to `after`, or back to its question, saying why not.
+fn answered(
+    op: &Operator,
+    job_id: &str,
+    question: &Confirm<'_>,
+    done: Result<(), ApiError>,
+    after: &str,
+) -> Response {
+    match done {
+        Ok(()) => Redirect::to(after).into_response(),
+        Err(e) => confirmation(op, job_id, question, Some(e.detail)),
+    }
+}
+
 /// The operator of a form that changes something, if its token matches.
 fn acting(state: &AppState, headers: &HeaderMap, form: &Token) -> Result<Operator, Refused> {
     let op = operator(state, headers).ok_or(Refused::NotSignedIn)?;
@@ -554,14 +568,12 @@ async fn cancel(
         Err(refused) => return refused.into_response(),
     };
     let job_id = JobId(id.clone());
-    let done = match op.owner_of(&state, &job_id).await {
-        Ok(owner) => crate::service::cancel(&state, &owner, &job_id, n).await,
-        Err(e) => Err(e),
+    let done = async {
+        let owner = op.owner_of(&state, &job_id).await?;
+        crate::service::cancel(&state, &owner, &job_id, n).await
     };
-    match done {
-        Ok(()) => Redirect::to(&format!("/ui/jobs/{id}")).into_response(),
-        Err(e) => confirmation(&op, &id, &cancel_question(&id, n), Some(e.detail)),
-    }
+    let after = format!("/ui/jobs/{id}");
+    answered(&op, &id, &cancel_question(&id, n), done.await, &after)
 }
 
 async fn retry(
@@ -575,13 +587,11 @@ async fn retry(
         Err(refused) => return refused.into_response(),
     };
     let job_id = JobId(id.clone());
-    let done = match op.owner_of(&state, &job_id).await {
-        Ok(owner) => crate::service::retry(&state, &owner, &job_id).await,
-        Err(e) => Err(e),
+    let done = async {
+        let owner = op.owner_of(&state, &job_id).await?;
+        crate::service::retry(&state, &owner, &job_id).await
     };
-    match done {
-        // The job's page shows the outcome once the new attempt has one.
-        Ok(()) => Redirect::to(&format!("/ui/jobs/{id}?wait=10")).into_response(),
-        Err(e) => confirmation(&op, &id, &retry_question(&id), Some(e.detail)),
-    }
+    // The job's page shows the outcome once the new attempt has one.
+    let after = format!("/ui/jobs/{id}?wait=10");
+    answered(&op, &id, &retry_question(&id), done.await, &after)
 }

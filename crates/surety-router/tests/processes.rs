@@ -6,139 +6,35 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
+use surety_tests::serve::{self, KEY, RouterProcess};
 use surety_tests::{Engine, TestDb};
-use tokio::io::{AsyncBufReadExt, BufReader};
-
-const KEY: &str = "key-acme";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Writes a config and a manifest certifying `fake-a` for language-detect.
+/// A config and a manifest certifying `fake-a` for language-detect, with
+/// long leases and timeouts and `server` added.
+fn workspace_with(db: &TestDb, fake: &FakeProvider, server: &str) -> tempfile::TempDir {
+    let server = format!("lease_ms = 60000\nattempt_timeout_ms = 60000\n{server}\n");
+    serve::workspace(&repo(), &db.url, fake, &server)
+}
+
 fn workspace(db: &TestDb, fake: &FakeProvider) -> tempfile::TempDir {
     workspace_with(db, fake, "")
 }
 
-/// As [`workspace`], with more `[server]` lines.
-fn workspace_with(db: &TestDb, fake: &FakeProvider, server: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let contract =
-        surety_contracts::Contract::load(&repo().join("contracts/language-detect")).unwrap();
-    let now = time::OffsetDateTime::now_utc();
-    let mut manifest = surety_manifest::Manifest::new(now);
-    let config = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\nlease_ms = 60000\nattempt_timeout_ms = 60000\n{server}\n\
-         [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
-         [providers.fake-a]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"a\"\ncontext_window = 16000\n\
-         [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n",
-        db.url,
-        dir.path().join("manifest.json").display(),
-        repo().join("contracts").display(),
-        hex::encode(Sha256::digest(KEY.as_bytes())),
-        fake.openai_base_url()
-    );
-    let parsed = surety_router::RouterConfig::from_toml(&config).unwrap();
-    manifest.entries.push(surety_tests::certified_entry(
-        &parsed.providers["fake-a"],
-        &contract,
-        now + time::Duration::days(1),
-    ));
-    manifest.write(&dir.path().join("manifest.json")).unwrap();
-    std::fs::write(dir.path().join("surety.toml"), config).unwrap();
-    dir
+/// Starts `surety serve` (this package's binary), its whole log kept.
+async fn serve_with(dir: &Path, args: &[&str]) -> RouterProcess {
+    RouterProcess::start_with(Path::new(env!("CARGO_BIN_EXE_surety")), dir, args, "info").await
 }
 
-struct Serving {
-    child: tokio::process::Child,
-    base: String,
-    /// Every line it logged so far.
-    log: tokio::sync::watch::Receiver<Vec<String>>,
-}
-
-impl Serving {
-    /// Waits until a logged line satisfies `found`, and returns it.
-    async fn logged(&mut self, found: impl Fn(&str) -> bool) -> String {
-        let lines = tokio::time::timeout(
-            Duration::from_secs(20),
-            self.log.wait_for(|lines| lines.iter().any(|l| found(l))),
-        )
-        .await
-        .expect("the line was logged")
-        .unwrap();
-        lines.iter().find(|l| found(l)).cloned().unwrap()
-    }
-
-    /// Sends SIGTERM and waits for the exit code.
-    async fn terminate(mut self) -> Option<i32> {
-        let pid = self.child.id().unwrap().to_string();
-        let sent = tokio::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .await
-            .unwrap();
-        assert!(sent.success());
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .unwrap()
-            .unwrap()
-            .code()
-    }
-}
-
-/// Starts `surety serve` (with `args`) and waits for the line that says
-/// where it listens. Its log (stderr) is kept, line by line.
-async fn serve(dir: &Path) -> Serving {
+async fn serve(dir: &Path) -> RouterProcess {
     serve_with(dir, &[]).await
-}
-
-async fn serve_with(dir: &Path, args: &[&str]) -> Serving {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_surety"))
-        .args(["serve", "--config"])
-        .arg(dir.join("surety.toml"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let (keep, mut log) = tokio::sync::watch::channel(Vec::new());
-    // Keep reading its log so it never blocks on a full pipe.
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            keep.send_modify(|l| l.push(line));
-        }
-    });
-    let listening = tokio::time::timeout(
-        Duration::from_secs(30),
-        log.wait_for(|l| l.iter().any(|line| line.contains("surety serving"))),
-    )
-    .await
-    .expect("surety serve listens")
-    .unwrap()
-    .iter()
-    .find(|line| line.contains("surety serving"))
-    .cloned()
-    .unwrap();
-    // `addr=127.0.0.1:1234` as text, `"addr":"127.0.0.1:1234"` as JSON.
-    let addr = listening
-        .split(|c: char| c.is_whitespace() || c == '"' || c == '=' || c == ',' || c == '}')
-        .find(|w| w.starts_with("127.0.0.1:"))
-        .unwrap()
-        .to_owned();
-    Serving {
-        child,
-        base: format!("http://{addr}"),
-        log,
-    }
 }
 
 async fn create(
@@ -180,7 +76,7 @@ async fn kill_mid_attempt(engine: Engine) {
         .await
         .unwrap();
     let dir = workspace(&db, &fake);
-    let mut first = serve(dir.path()).await;
+    let first = serve(dir.path()).await;
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -199,7 +95,7 @@ async fn kill_mid_attempt(engine: Engine) {
         fake.wait_for_calls(3, Duration::from_secs(20)).await,
         "every attempt reached the provider"
     );
-    first.child.kill().await.unwrap(); // SIGKILL: no shutdown, no cleanup.
+    first.kill().await; // SIGKILL: no shutdown, no cleanup.
 
     // The dead router's leases run out (rewound here rather than waited for).
     let rewound = db.exec("UPDATE attempts SET lease_expires_at_ms = lease_expires_at_ms - 3600000 WHERE state = 'started'").await;
@@ -457,18 +353,18 @@ async fn schemathesis_finds_nothing_in_the_openapi_document() {
 async fn crash_loop(engine: Engine) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use surety_tests::chaos::{self, Load, RouterProcess};
+    use surety_tests::chaos::{self, Load};
     let Some(db) = TestDb::new(engine).await else {
         return;
     };
     let fake = chaos::answering_fake(10).await;
-    let dir = chaos::workspace(&repo(), &db.url, &fake, "lease_ms = 60000\n");
+    let dir = serve::workspace(&repo(), &db.url, &fake, "lease_ms = 60000\n");
     let bin = Path::new(env!("CARGO_BIN_EXE_surety"));
     let mut router = RouterProcess::start(bin, dir.path()).await;
     let (targets, watching) = tokio::sync::watch::channel(vec![router.base.clone()]);
     let stop = Arc::new(AtomicBool::new(false));
     let load = Load {
-        api_key: chaos::KEY.to_owned(),
+        api_key: KEY.to_owned(),
         clients: 8,
         rate: None,
         prefix: "crash".to_owned(),

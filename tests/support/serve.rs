@@ -1,0 +1,186 @@
+//! `surety serve` as a process of the tests and benchmarks: the workspace
+//! it runs in (a config with one certified route to a fake provider, and
+//! its manifest), starting it and waiting until it listens, its log, its
+//! memory, and stopping it (SIGTERM) or killing it (SIGKILL).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use surety_fake_provider::FakeProvider;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// The API key of the owner whose jobs the books follow.
+pub const KEY: &str = "key-acme";
+/// The API key of an owner that floods.
+pub const FLOOD_KEY: &str = "key-flood";
+
+/// A directory with `surety.toml` (one route, `language`, to the fake as
+/// `fake-a`; owners `acme` and `flood`; `server` added to `[server]`) and a
+/// manifest certifying it.
+pub fn workspace(
+    repo: &Path,
+    db_url: &str,
+    fake: &FakeProvider,
+    server: &str,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let contract = surety_contracts::Contract::load(&repo.join("contracts/language-detect"))
+        .expect("the contract");
+    let now = time::OffsetDateTime::now_utc();
+    let mut manifest = surety_manifest::Manifest::new(now);
+    let hash = |key: &str| hex::encode(Sha256::digest(key.as_bytes()));
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
+         [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
+         [[api_keys]]\nowner = \"flood\"\nsha256 = \"{}\"\n\
+         [providers.fake-a]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"a\"\ncontext_window = 16000\n\
+         [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n",
+        db_url,
+        dir.path().join("manifest.json").display(),
+        repo.join("contracts").display(),
+        hash(KEY),
+        hash(FLOOD_KEY),
+        fake.openai_base_url()
+    );
+    let parsed = surety_router::RouterConfig::from_toml(&config).expect("a valid config");
+    manifest.entries.push(crate::certified_entry(
+        &parsed.providers["fake-a"],
+        &contract,
+        now + time::Duration::days(1),
+    ));
+    manifest
+        .write(&dir.path().join("manifest.json"))
+        .expect("the manifest");
+    std::fs::write(dir.path().join("surety.toml"), config).expect("the config");
+    dir
+}
+
+/// A running `surety serve`.
+#[derive(Debug)]
+pub struct RouterProcess {
+    child: tokio::process::Child,
+    pub base: String,
+    pub pid: u32,
+    /// Every line it logged so far.
+    log: tokio::sync::watch::Receiver<Vec<String>>,
+}
+
+impl RouterProcess {
+    /// Starts `bin serve --config <dir>/surety.toml` logging only warnings
+    /// (and its own lines), and waits until it listens.
+    pub async fn start(bin: &Path, dir: &Path) -> RouterProcess {
+        RouterProcess::start_with(bin, dir, &[], "warn,surety=info").await
+    }
+
+    /// As [`RouterProcess::start`], with more arguments and `RUST_LOG`.
+    pub async fn start_with(
+        bin: &Path,
+        dir: &Path,
+        args: &[&str],
+        rust_log: &str,
+    ) -> RouterProcess {
+        let mut child = tokio::process::Command::new(bin)
+            .args(["serve", "--config"])
+            .arg(dir.join("surety.toml"))
+            .args(args)
+            .env("RUST_LOG", rust_log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("surety serve starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("its log")).lines();
+        let (keep, mut log) = tokio::sync::watch::channel(Vec::new());
+        // Keep reading its log so it never blocks on a full pipe.
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                keep.send_modify(|l| l.push(line));
+            }
+        });
+        let listening = tokio::time::timeout(
+            Duration::from_secs(30),
+            log.wait_for(|l| l.iter().any(|line| line.contains("surety serving"))),
+        )
+        .await
+        .expect("surety serve listens within 30 s")
+        .expect("surety serve listens")
+        .iter()
+        .find(|line| line.contains("surety serving"))
+        .cloned()
+        .unwrap_or_default();
+        // `addr=127.0.0.1:1234` as text, `"addr":"127.0.0.1:1234"` as JSON.
+        let addr = listening
+            .split(|c: char| c.is_whitespace() || c == '"' || c == '=' || c == ',' || c == '}')
+            .find(|w| w.starts_with("127.0.0.1:"))
+            .expect("surety serve said where it listens")
+            .to_owned();
+        RouterProcess {
+            pid: child.id().expect("a pid"),
+            child,
+            base: format!("http://{addr}"),
+            log,
+        }
+    }
+
+    /// Waits until a logged line satisfies `found`, and returns it.
+    pub async fn logged(&mut self, found: impl Fn(&str) -> bool) -> String {
+        let lines = tokio::time::timeout(
+            Duration::from_secs(20),
+            self.log.wait_for(|lines| lines.iter().any(|l| found(l))),
+        )
+        .await
+        .expect("the line was logged")
+        .expect("the log is read");
+        lines.iter().find(|l| found(l)).cloned().unwrap_or_default()
+    }
+
+    /// Its resident memory now, in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        proc_status_kib(self.pid, "VmRSS:")
+    }
+
+    /// Its peak resident memory so far, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        proc_status_kib(self.pid, "VmHWM:")
+    }
+
+    /// SIGKILL: no shutdown, no cleanup. Returns its peak RSS in KiB.
+    pub async fn kill(mut self) -> u64 {
+        let peak = self.peak_rss_kib();
+        self.child.kill().await.expect("SIGKILL");
+        peak
+    }
+
+    /// SIGTERM, and its exit code.
+    pub async fn terminate(mut self) -> Option<i32> {
+        let sent = tokio::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(sent.success(), "SIGTERM was not sent");
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("surety serve exits within 30 s of SIGTERM")
+            .expect("its exit status")
+            .code()
+    }
+}
+
+/// A `field` of `/proc/<pid>/status` in KiB; 0 where it cannot be read.
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with(field))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
