@@ -27,13 +27,20 @@ fn chromium() -> Option<PathBuf> {
 
 /// Runs headless Chromium on `page` with `args`; its standard output.
 fn headless(chromium: &Path, page: &Path, args: &[&str]) -> String {
+    // A profile of its own, thrown away: nothing is written to $HOME.
+    let profile = tempfile::tempdir().expect("a profile directory");
     let output = std::process::Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
         ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(args)
         .arg(format!("file://{}", page.display()))
         .output()

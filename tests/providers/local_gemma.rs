@@ -30,6 +30,28 @@ fn local_server() -> Option<String> {
     }
 }
 
+/// A call to the server failed: the error, and whether the server process
+/// `cargo xtask test` started (`SURETY_LOCAL_PROVIDER_PID`) is gone, so a
+/// dead server is named, not taken for the model's answer.
+fn server_failed(error: impl std::fmt::Display) -> String {
+    let gone = std::env::var("SURETY_LOCAL_PROVIDER_PID")
+        .ok()
+        .filter(|pid| {
+            // Gone, or a zombie not yet reaped.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+                stat.rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'))
+            })
+        });
+    match gone {
+        Some(pid) => format!(
+            "{error}\nthe local model server (pid {pid}) is no longer running: it died, and `cargo xtask test` says of what, with the end of its log"
+        ),
+        None => error.to_string(),
+    }
+}
+
 fn gemma(url: &str, modes: &str) -> Arc<dyn Provider> {
     provider_at(
         url,
@@ -79,7 +101,7 @@ async fn a_real_prompt_gets_a_schema_valid_answer_and_the_server_says_what_it_se
             &call(1),
         )
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{}", server_failed(e)));
     assert_eq!(
         response.structured_mode,
         Some(StructuredMode::JsonObjectSchema)
@@ -93,7 +115,10 @@ async fn a_real_prompt_gets_a_schema_valid_answer_and_the_server_says_what_it_se
     assert!(errors.is_empty(), "{answer} breaks the schema: {errors:?}");
     // The response's `model` echoes the request; the listing names the weights.
     assert_eq!(response.model, "fake-model");
-    let served = provider.served_models().await.unwrap();
+    let served = provider
+        .served_models()
+        .await
+        .unwrap_or_else(|e| panic!("{}", server_failed(e)));
     assert!(
         served
             .iter()
@@ -119,6 +144,7 @@ async fn asking_this_server_for_json_schema_is_a_definite_failure_with_its_messa
         .chat(&detect("Guten Morgen"), &call(2))
         .await
         .unwrap_err();
+    assert!(error.answered(), "{}", server_failed(&error));
     assert_eq!(
         (error.kind, error.class(), error.status),
         (FailureKind::ServerError, FailureClass::Definite, Some(500))
@@ -133,7 +159,10 @@ async fn asking_this_server_for_json_schema_is_a_definite_failure_with_its_messa
 async fn the_server_tokenizes_with_its_own_vocabulary() {
     let Some(url) = local_server() else { return };
     let provider = gemma(&url, "[\"json_object_schema\"]");
-    let tokens = provider.tokenize("Bonjour tout le monde").await.unwrap();
+    let tokens = provider
+        .tokenize("Bonjour tout le monde")
+        .await
+        .unwrap_or_else(|e| panic!("{}", server_failed(e)));
     assert!(tokens.len() >= 2, "{tokens:?}");
     assert_eq!(
         tokens[0], 2,

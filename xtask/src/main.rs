@@ -46,8 +46,9 @@ commands:
   manifest keygen --out PREFIX
                  write an ed25519 key pair for signing manifests
   local-provider [install]
-                 install (once, into ~/.cache/surety) and serve llama-cpp-python with Gemma 3 270M
-                 on loopback; `install` only installs
+                 install (once, into $SURETY_CACHE or ~/.cache/surety) and serve llama-cpp-python
+                 with Gemma 3 270M on loopback; `install` installs (rebuilding a cache built with
+                 other settings) and proves the server answers a chat completion and a tokenize call
   openapi-extract [--from PATH]
                  extract CreateChatCompletionRequest/Response from OpenAI's OpenAPI document
                  (default ../shared/openai-openapi) into tests/data/openai/";
@@ -102,14 +103,14 @@ fn test(root: &Path) -> Result<()> {
         ],
     )?;
     let paths = local_provider::Paths::new()?;
-    let server = match (paths.is_installed(), std::env::var_os("CI").is_some()) {
-        (true, _) => Some(local_provider::start(&paths, None)?),
-        (false, true) => bail!(
-            "the local model server is not installed and CI is set: run `cargo xtask local-provider install`"
+    let server = match (paths.state(), std::env::var_os("CI").is_some()) {
+        (local_provider::InstallState::Installed, _) => Some(local_provider::start(&paths, None)?),
+        (state, true) => bail!(
+            "the local model server is not installed as this checkout builds it ({state:?}) and CI is set: run `cargo xtask local-provider install`"
         ),
-        (false, false) => {
+        (state, false) => {
             eprintln!(
-                "warning: the local model server is not installed; its tests will be skipped (`cargo xtask local-provider install`)"
+                "warning: the local model server is not installed ({state:?}); its tests will be skipped (`cargo xtask local-provider install`)"
             );
             None
         }
@@ -117,16 +118,27 @@ fn test(root: &Path) -> Result<()> {
     let sdk = local_provider::openai_sdk()?;
     let schemathesis = sdk.with_file_name("st");
     let (sdk, schemathesis) = (sdk.to_string_lossy(), schemathesis.to_string_lossy());
-    let mut env: Vec<(&str, &str)> = server
-        .iter()
-        .map(|s| ("SURETY_LOCAL_PROVIDER_URL", s.base_url.as_str()))
-        .collect();
+    let pid = server.as_ref().map(|s| s.pid().to_string());
+    let mut env: Vec<(&str, &str)> = Vec::new();
+    if let (Some(server), Some(pid)) = (&server, &pid) {
+        env.push(("SURETY_LOCAL_PROVIDER_URL", server.base_url.as_str()));
+        env.push(("SURETY_LOCAL_PROVIDER_PID", pid.as_str()));
+    }
     env.push(("SURETY_OPENAI_SDK_PYTHON", &sdk));
     env.push(("SURETY_SCHEMATHESIS", &schemathesis));
     let chromium = chromium()?;
     let chromium = chromium.to_string_lossy();
     env.push(("SURETY_CHROMIUM", &chromium));
-    let (passed, failed) = cargo_test(root, &["test", "--workspace", "--locked"], &env)?;
+    let tested = cargo_test(root, &["test", "--workspace", "--locked"], &env);
+    // A server that died during the run is said first: its tests' failures are that.
+    if let Some(notice) = server.as_ref().and_then(local_provider::Server::died) {
+        let tested = match &tested {
+            Ok((passed, failed)) => format!("{passed} passed, {failed} failed"),
+            Err(e) => format!("{e:#}"),
+        };
+        bail!("{notice}\nthe suite ran against a dead model server ({tested})");
+    }
+    let (passed, failed) = tested?;
     drop(server);
     println!("tests: {passed} passed, {failed} failed");
     if passed == 0 {
@@ -151,6 +163,11 @@ fn demo(root: &Path) -> Result<()> {
             ("RUST_LOG", "warn"),
         ],
     )?;
+    if let Some(notice) = server.died() {
+        bail!(
+            "{notice}\nthe demo's real-model step ran against a dead server: its verdict is not the model's"
+        );
+    }
     drop(server);
     if !status.success() {
         bail!("the demo failed ({status})");
@@ -173,10 +190,46 @@ fn certify(root: &Path, args: &[&str]) -> Result<()> {
         }
         false => None,
     };
+    let manifest = manifest_path(root, args);
+    let before = std::fs::read(&manifest).ok();
     let code = harness(root, "certify", args, &[])?;
+    if let Some(notice) = server.as_ref().and_then(local_provider::Server::died) {
+        // Its connection resets are not the model's answers: the manifest
+        // is put back as it was, and the run could not be made (exit 2).
+        match &before {
+            Some(bytes) => std::fs::write(&manifest, bytes),
+            None => std::fs::remove_file(&manifest).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            }),
+        }
+        .with_context(|| format!("restoring {}", manifest.display()))?;
+        eprintln!(
+            "error: {notice}\nthe certification ran against a dead server; {} is left as it was",
+            manifest.display()
+        );
+        std::process::exit(2);
+    }
     // Stop the server before leaving with the harness's status.
     drop(server);
     exit_with(code)
+}
+
+/// The manifest `certify` writes: `--manifest FILE`, else the default.
+fn manifest_path(root: &Path, args: &[&str]) -> PathBuf {
+    let given = args
+        .iter()
+        .position(|a| *a == "--manifest")
+        .and_then(|i| args.get(i + 1))
+        .map(|m| m.to_string())
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--manifest=").map(str::to_owned))
+        });
+    match given {
+        Some(path) => root.join(path),
+        None => root.join("certification/manifest.json"),
+    }
 }
 
 /// The port of `providers.local-gemma.base_url` in `surety.toml`.

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod golden;
 pub mod lint;
+mod reach;
 pub mod report;
 pub mod tokenizer;
 
@@ -226,6 +227,9 @@ pub struct Certification {
 struct Run {
     id: String,
     waited: std::sync::Mutex<Duration>,
+    /// The provider, every call of this run counted (see [`reach`]).
+    provider: Arc<dyn Provider>,
+    reach: Arc<reach::Reach>,
 }
 
 impl std::fmt::Debug for Certification {
@@ -243,25 +247,45 @@ pub enum HarnessError {
     Tokenizer { provider: String, message: String },
     #[error("golden snapshots: {0}")]
     Golden(#[from] std::io::Error),
+    /// Calls were made and the provider answered none of them (every one
+    /// refused, reset or timed out before a status came back): the run
+    /// could not be made. Not a verdict on the provider's answers.
+    #[error(
+        "provider `{provider}` is unreachable: none of its {calls} calls got an answer (the first: {first_failure})"
+    )]
+    Unreachable {
+        provider: String,
+        calls: u64,
+        first_failure: String,
+    },
 }
 
 impl Certification {
     /// Certifies the provider for `contracts`.
     pub async fn run(&self, contracts: &[Contract]) -> Result<Vec<ContractResult>, HarnessError> {
+        let reach = Arc::new(reach::Reach::default());
         let run = Run {
             id: format!("{:016x}", rand::random::<u64>()),
             waited: std::sync::Mutex::new(Duration::ZERO),
+            provider: reach::Reaching::wrap(Arc::clone(&self.provider), Arc::clone(&reach)),
+            reach,
         };
-        let tokenizer =
-            Tokenizer::for_provider(&self.config, self.provider.clone()).map_err(|message| {
-                HarnessError::Tokenizer {
-                    provider: self.config.id.clone(),
-                    message,
-                }
-            })?;
+        let tokenizer = Tokenizer::for_provider(&self.config, Arc::clone(&run.provider)).map_err(
+            |message| HarnessError::Tokenizer {
+                provider: self.config.id.clone(),
+                message,
+            },
+        )?;
         let mut results = Vec::new();
         for contract in contracts {
             results.push(self.contract(contract, &tokenizer, &run).await?);
+        }
+        if let Some((calls, first_failure)) = run.reach.unanswered() {
+            return Err(HarnessError::Unreachable {
+                provider: self.config.id.clone(),
+                calls,
+                first_failure,
+            });
         }
         Ok(results)
     }
@@ -497,7 +521,7 @@ impl Certification {
         retries: &mut Vec<String>,
     ) -> Result<ChatResponse, ProviderError> {
         loop {
-            let error = match self.provider.chat(request, call).await {
+            let error = match run.provider.chat(request, call).await {
                 Ok(response) => return Ok(response),
                 Err(error) => error,
             };

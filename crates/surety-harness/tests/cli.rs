@@ -277,3 +277,75 @@ async fn verify_with_the_config_catches_a_changed_provider() {
         text(&out)
     );
 }
+
+/// A server that answers `GET /v1/models` and closes every other request
+/// unanswered, as llama.cpp's server does when it dies on its first
+/// completion.
+async fn dies_on_every_completion() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut head = vec![0u8; 4096];
+                let n = stream.read(&mut head).await.unwrap_or(0);
+                if head[..n].starts_with(b"GET /v1/models") {
+                    let body = r#"{"object": "list", "data": [{"id": "fake-model"}]}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                }
+                // Anything else: closed with no answer.
+            });
+        }
+    });
+    url
+}
+
+/// A provider that answers no call (a port that refuses every connection,
+/// a server that dies on every completion) could not be certified: exit 2
+/// naming it unreachable, and the manifest is left exactly as it was (its
+/// certified entry is not overwritten by a `failed` one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_provider_exits_2_and_leaves_the_manifest_unchanged() {
+    let good = language_fake(false).await;
+    let ws = Workspace::new(&good.openai_base_url(), "");
+    let out = ws.run(&["certify", "fake", "--accept"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let before = std::fs::read(ws.path("manifest.json")).unwrap();
+
+    let refusing = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", listener.local_addr().unwrap())
+    };
+    let dying = dies_on_every_completion().await;
+    for url in [refusing, dying] {
+        let out = ws
+            .run(&[
+                "certify",
+                "fake",
+                "--override-base-url",
+                &format!("fake={url}"),
+            ])
+            .await;
+        assert_eq!(out.status.code(), Some(2), "{url}: {}", text(&out));
+        assert!(text(&out).contains("UNREACHABLE"), "{url}: {}", text(&out));
+        assert!(
+            text(&out).contains("error: unreachable: fake"),
+            "{url}: {}",
+            text(&out)
+        );
+        assert!(!text(&out).contains("FAILED"), "{url}: {}", text(&out));
+        assert_eq!(
+            std::fs::read(ws.path("manifest.json")).unwrap(),
+            before,
+            "{url}: the manifest is unchanged"
+        );
+    }
+}

@@ -132,6 +132,18 @@ impl ProviderError {
         self.kind.class()
     }
 
+    /// Whether the provider answered at all: it sent an HTTP status, or
+    /// a body that could be judged. `false` for a call refused before
+    /// sending, a connection refused, or one reset or timed out before the
+    /// response's status arrived.
+    pub fn answered(&self) -> bool {
+        self.status.is_some()
+            || !matches!(
+                self.kind,
+                FailureKind::NotSent | FailureKind::Timeout | FailureKind::Reset
+            )
+    }
+
     /// A definite failure raised before anything was sent.
     pub fn not_sent(provider: &str, message: impl Into<String>) -> ProviderError {
         ProviderError::new(provider, FailureKind::NotSent, message)

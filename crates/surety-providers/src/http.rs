@@ -143,7 +143,12 @@ impl HttpClient {
             });
         }
         let bytes = body.map_err(|e| match e {
-            BodyError::Transport(e) => self.transport_error(&e),
+            // The status arrived, then the body broke off: the server answered.
+            BodyError::Transport(e) => {
+                let mut error = self.transport_error(&e);
+                error.status = Some(status);
+                error
+            }
             // The provider answered, and its answer cannot be used: a bad response.
             BodyError::TooLarge { limit } => {
                 let mut error = ProviderError::new(

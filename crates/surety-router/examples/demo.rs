@@ -104,6 +104,15 @@ async fn main() -> Result<()> {
                 "  {id:<12} {}: {verdict} ({} of {} cases stable, {} samples passed)",
                 r.contract, c.stable_pass, c.cases, c.samples_passed
             );
+            // What the model itself said, first case answered.
+            if let Some((case, answer)) = r.cases.iter().find_map(|c| {
+                c.samples
+                    .iter()
+                    .find_map(|s| s.output.as_ref())
+                    .map(|answer| (&c.name, answer))
+            }) {
+                println!("      answered {case}: {}", truncate(&answer.to_string()));
+            }
             for f in r.failures().iter().take(2) {
                 println!(
                     "      e.g. {} sample {}: {}: {}",

@@ -186,6 +186,7 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
         Err(e) => return Err(CouldNotRun(e.into())),
     };
     let mut all_certified = true;
+    let (mut replaced, mut unreachable) = (0, Vec::new());
     for target in &targets {
         let provider_config = config
             .providers
@@ -207,13 +208,22 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
             .collect();
         let provider = build_provider(&provider_config).map_err(|e| CouldNotRun(e.into()))?;
         let served = match provider.capabilities().models_endpoint {
-            true => Some(
-                provider
-                    .served_models()
-                    .await
-                    .with_context(|| format!("provider `{target}` does not answer"))
-                    .map_err(CouldNotRun)?,
-            ),
+            true => match provider.served_models().await {
+                Ok(served) => Some(served),
+                Err(e) if !e.answered() => {
+                    println!(
+                        "UNREACHABLE: provider `{target}` does not answer its models endpoint ({e}); its manifest entries are left as they were"
+                    );
+                    unreachable.push(target.clone());
+                    continue;
+                }
+                Err(e) => {
+                    return Err(CouldNotRun(
+                        anyhow::Error::new(e)
+                            .context(format!("provider `{target}` does not answer")),
+                    ));
+                }
+            },
             false => None,
         };
         let total: u64 = selected
@@ -239,10 +249,17 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
                 progress.inc(1);
             }),
         };
-        let results = certification
-            .run(&selected)
-            .await
-            .map_err(|e| CouldNotRun(e.into()))?;
+        let results = match certification.run(&selected).await {
+            Ok(results) => results,
+            // Not certified, nor failed: its entries stay as they were.
+            Err(e @ surety_harness::HarnessError::Unreachable { .. }) => {
+                bar.finish_and_clear();
+                println!("UNREACHABLE: {e}; its manifest entries are left as they were");
+                unreachable.push(target.clone());
+                continue;
+            }
+            Err(e) => return Err(CouldNotRun(e.into())),
+        };
         bar.finish_and_clear();
         let validity = Duration::from_secs(args.validity_days * 24 * 3600);
         let entries: Vec<_> = results
@@ -265,8 +282,16 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
         };
         write_reports(&args.out, &about, &results).map_err(CouldNotRun)?;
         manifest.replace_provider(target, entries, now);
+        replaced += 1;
         print!("{}", report::summary_table(target, &results));
         all_certified &= results.iter().all(|r| r.certified);
+    }
+    if replaced == 0 && !unreachable.is_empty() {
+        return Err(CouldNotRun(anyhow::anyhow!(
+            "unreachable: {}; {} is unchanged",
+            unreachable.join(", "),
+            args.manifest.display()
+        )));
     }
     if let Some(key) = &args.signing_key {
         let key = surety_manifest::read_signing_key(key).map_err(|e| CouldNotRun(e.into()))?;
@@ -288,6 +313,12 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
         }
     );
     println!("reports: {}", args.out.display());
+    if !unreachable.is_empty() {
+        return Err(CouldNotRun(anyhow::anyhow!(
+            "unreachable: {} (not certified, nor failed: their entries are left as they were)",
+            unreachable.join(", ")
+        )));
+    }
     Ok(all_certified)
 }
 
