@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod binding;
+mod docs;
 mod faults;
 mod harness;
 mod operator;
@@ -49,5 +50,8 @@ mod operator_pages {
 }
 
 mod openai_sdk {
-    surety_tests::both_engines!(sdk: the_official_openai_sdk_gets_its_answer_once);
+    surety_tests::both_engines!(sdk:
+        the_official_openai_sdk_gets_its_answer_once,
+        the_sdks_idempotency_hook_makes_its_own_retries_one_job,
+    );
 }

@@ -65,17 +65,22 @@ seen["tools"] = error(lambda: client.chat.completions.create(model="language", m
 print(json.dumps(seen))
 "#;
 
-pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
-    let python = match std::env::var("SURETY_OPENAI_SDK_PYTHON") {
-        Ok(python) => python,
+/// The SDK's Python, or `None` (loudly) outside CI when it is not installed.
+fn sdk_python() -> Option<String> {
+    match std::env::var("SURETY_OPENAI_SDK_PYTHON") {
+        Ok(python) => Some(python),
         Err(_) if std::env::var_os("CI").is_some() => panic!(
             "SURETY_OPENAI_SDK_PYTHON is not set and CI is set: run through `cargo xtask test`"
         ),
         Err(_) => {
             eprintln!("SKIPPED: the OpenAI SDK is not installed (run through `cargo xtask test`)");
-            return;
+            None
         }
-    };
+    }
+}
+
+pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
     let fake = FakeProvider::start(language_script()).await.unwrap();
     let router = Router::one_route(db, &fake, "").await;
     let language = contract("language-detect");
@@ -146,7 +151,7 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
         no_key["message"]
             .as_str()
             .unwrap()
-            .contains("extra_headers={\"Idempotency-Key\""),
+            .contains("no Idempotency-Key header: send one naming this intent"),
         "{seen}"
     );
     assert_eq!(seen["conflict"]["class"], "ConflictError", "{seen}");
@@ -159,4 +164,170 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
     assert_eq!(seen["tools"]["class"], "BadRequestError", "{seen}");
     assert_eq!(seen["tools"]["param"], "tools", "{seen}");
     assert_eq!(fake.calls(), 2, "no refused request reached the provider");
+}
+
+/// The SDK's own idempotency hook, set by the subclass docs/clients.md
+/// shows: every call carries a fresh `Idempotency-Key`, and the SDK's own
+/// retries reuse it.
+const HOOKED: &str = r#"
+import json, os
+from openai import OpenAI
+
+class SuretyOpenAI(OpenAI):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._idempotency_header = "Idempotency-Key"
+
+client = SuretyOpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=2)
+messages = [
+    {"role": "system", "content": os.environ["SYSTEM_PROMPT"]},
+    {"role": "user", "content": os.environ["USER_FRENCH"]},
+]
+seen = {}
+# Two calls: two intents, as far as the SDK can tell.
+seen["first"] = client.chat.completions.create(model="language", messages=messages).id
+seen["second"] = client.chat.completions.create(model="language", messages=messages).id
+# The next connection is dropped after the router answered it: the SDK retries on its own.
+raw = client.chat.completions.with_raw_response.create(model="language", messages=messages)
+seen["retried"] = raw.parse().id
+seen["retries_taken"] = raw.retries_taken
+seen["replayed"] = raw.headers.get("idempotent-replayed")
+print(json.dumps(seen))
+"#;
+
+/// Between the SDK and the router: passes every request through and
+/// records its `Idempotency-Key`, except that the answer to the `drop`-th
+/// request is read and thrown away, and the client's connection closed: the
+/// router did the work, and the client sees its connection drop with no
+/// answer.
+struct DroppingProxy {
+    url: String,
+    keys: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DroppingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DroppingProxy {
+    async fn start(upstream: &str, drop: usize) -> DroppingProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let keys = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = keys.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let (mut client, _) = listener.accept().await.unwrap();
+                let mut server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    // One request at a time: read it whole, note its key, pass it on.
+                    loop {
+                        let Some(request) = read_message(&mut client).await else {
+                            return;
+                        };
+                        let nth = {
+                            let mut seen = seen.lock().unwrap();
+                            seen.push(header(&request, "idempotency-key").unwrap_or_default());
+                            seen.len()
+                        };
+                        server.write_all(&request).await.unwrap();
+                        let Some(answer) = read_message(&mut server).await else {
+                            return;
+                        };
+                        if nth == drop {
+                            // The router answered; the client never hears it.
+                            return;
+                        }
+                        client.write_all(&answer).await.unwrap();
+                    }
+                });
+            }
+        });
+        return DroppingProxy { url, keys, task };
+
+        /// One HTTP/1.1 message with a Content-Length body (what the SDK
+        /// sends and the router answers to a completion).
+        async fn read_message(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+            let mut message = Vec::new();
+            let mut chunk = [0u8; 8192];
+            loop {
+                if let Some(end) = message.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let length: usize = header(&message[..end], "content-length")
+                        .and_then(|l| l.parse().ok())
+                        .unwrap_or(0);
+                    if message.len() >= end + 4 + length {
+                        return Some(message);
+                    }
+                }
+                let n = stream.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                message.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+fn header(message: &[u8], name: &str) -> Option<String> {
+    let text = String::from_utf8_lossy(message);
+    let head = text.split("\r\n\r\n").next()?;
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.eq_ignore_ascii_case(name)
+            .then(|| value.trim().to_owned())
+    })
+}
+
+/// With the SDK's idempotency hook set as docs/clients.md shows, two calls
+/// are two jobs, and a call the SDK retries after a dropped connection is
+/// one job: the retry carries the same key and gets the stored answer.
+pub async fn the_sdks_idempotency_hook_makes_its_own_retries_one_job(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    // The third request's answer is the one dropped.
+    let proxy = DroppingProxy::start(&router.base, 3).await;
+    let language = contract("language-detect");
+    let french = language
+        .render(&json!({"text": "Bonjour, je n'arrive pas à télécharger ma facture en PDF."}))
+        .unwrap();
+    let output = tokio::process::Command::new(python)
+        .args(["-c", HOOKED])
+        .env("BASE_URL", &proxy.url)
+        .env("API_KEY", ACME)
+        .env("SYSTEM_PROMPT", &french.system)
+        .env("USER_FRENCH", &french.user)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let keys = proxy.keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 4, "two calls, one call sent twice: {keys:?}");
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("stainless-python-retry-")),
+        "the SDK's own keys: {keys:?}"
+    );
+    assert_ne!(keys[0], keys[1], "two calls, two keys");
+    assert_ne!(seen["first"], seen["second"], "two calls, two jobs: {seen}");
+    assert_ne!(keys[1], keys[2]);
+    assert_eq!(keys[2], keys[3], "the SDK's retry reuses its key");
+    assert_eq!(seen["retries_taken"], 1, "{seen}");
+    assert_eq!(
+        seen["replayed"], "true",
+        "the retry got the stored job: {seen}"
+    );
+    assert_eq!(fake.calls(), 3, "three jobs, one provider call each");
 }

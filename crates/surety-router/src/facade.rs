@@ -304,7 +304,7 @@ async fn chat(
             return Err(OpenAiError::bad_request(
                 "missing_idempotency_key",
                 None,
-                "send an `Idempotency-Key` header naming this intent, the same on every retry of it; from the OpenAI SDK: client.chat.completions.create(..., extra_headers={\"Idempotency-Key\": \"order-1042\"})",
+                "this request has no Idempotency-Key header: send one naming this intent (e.g. `Idempotency-Key: order-1042-refund`), the same on every retry of it; docs/clients.md shows how each SDK sends it",
             ));
         }
         (Err(e), _) => return Err(e.into()),
