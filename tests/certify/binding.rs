@@ -215,7 +215,7 @@ async fn a_gemini_provider_certifies_and_a_safety_stop_is_named() {
         .unwrap();
     assert!(
         failure.message.contains("refused by the model")
-            && failure.message.contains("(finish reason SAFETY)"),
+            && failure.message.contains("(finishReason SAFETY)"),
         "{failure:?}"
     );
 }

@@ -148,6 +148,195 @@ async fn rate_limits_and_unavailable_keep_their_retry_after() {
     }
 }
 
+/// Every retry signal a provider documents is kept with its refusal: a
+/// Retry-After as an HTTP date, Google's `RetryInfo` in the error body, and
+/// Anthropic's 529 `overloaded_error` (with or without a header); a 429
+/// with no hint keeps none, so the harness backs off on its own.
+#[tokio::test]
+async fn every_documented_retry_signal_is_kept() {
+    let in_a_minute =
+        httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(60));
+    let retry_info = json!({"error": {
+        "code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Please retry in 1s.",
+        "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}
+        ]
+    }});
+    // (the refusal, what it is, and the wait kept: within `low..=high` s).
+    let refusal =
+        |status: u16, body: serde_json::Value, retry_after: Option<String>| Behavior::Status {
+            status,
+            body,
+            retry_after,
+        };
+    let cases = [
+        (
+            refusal(
+                429,
+                error_body("rate_limit_error", "slow down"),
+                Some(in_a_minute),
+            ),
+            FailureKind::RateLimited,
+            Some((55, 60)),
+        ),
+        (
+            refusal(429, retry_info, None),
+            FailureKind::RateLimited,
+            Some((1, 2)),
+        ),
+        (
+            refusal(
+                529,
+                error_body("overloaded_error", "Overloaded"),
+                Some("3".into()),
+            ),
+            FailureKind::ServerError,
+            Some((3, 3)),
+        ),
+        (
+            refusal(429, error_body("rate_limit_error", "slow down"), None),
+            FailureKind::RateLimited,
+            None,
+        ),
+    ];
+    for (behavior, failure, waited) in cases {
+        let Behavior::Status {
+            status,
+            ref retry_after,
+            ..
+        } = behavior
+        else {
+            unreachable!()
+        };
+        for kind in kinds() {
+            let (error, _) = fail_with(kind, behavior.clone(), "").await;
+            check(&error, failure, FailureClass::Definite, Some(status));
+            let got = error.retry_after.map(|d| d.as_secs_f64());
+            match waited {
+                Some((low, high)) => assert!(
+                    got.is_some_and(|w| w >= low as f64 - 1.0 && w <= high as f64),
+                    "{kind} {status} {retry_after:?}: {got:?}"
+                ),
+                None => assert_eq!(got, None, "{kind}: no hint, none kept"),
+            }
+        }
+    }
+}
+
+/// What each finish reason of a kind's table means, through its adapter,
+/// and one it does not know: a complete answer is the answer; one cut at
+/// the limit is a bad response naming the cut; a filter or refusal
+/// (OpenAI's `content_filter` with a complete JSON answer included) is a
+/// definite refusal naming the reason; an unknown reason is a definite
+/// failure naming it, never an answer.
+#[tokio::test]
+async fn finish_reasons_are_read_for_what_they_say() {
+    use surety_providers::Finish;
+    let answer = r#"{"category": "billing", "urgent": false}"#;
+    for kind in kinds() {
+        let spec = spec(kind);
+        let unknown = [("a_reason_from_next_year", Finish::Unknown)];
+        for (reason, finish) in spec.finish_reasons.iter().chain(unknown.iter()) {
+            let fake = FakeProvider::start(Script::always(Behavior::Finish {
+                text: answer.into(),
+                reason: (*reason).into(),
+            }))
+            .await
+            .unwrap();
+            let provider = provider_for(&fake, kind, "");
+            let got = provider.chat(&json_request(), &call(1)).await;
+            let what = format!("{kind} {} {reason}", spec.finish_field);
+            match (finish, got) {
+                (Finish::Complete, Ok(response)) => {
+                    assert_eq!(
+                        response.json,
+                        Some(serde_json::from_str(answer).unwrap()),
+                        "{what}"
+                    );
+                    assert_eq!(response.finish_reason.as_deref(), Some(*reason), "{what}");
+                }
+                (Finish::Truncated, Err(e)) => {
+                    check(&e, FailureKind::BadResponse, FailureClass::Definite, None);
+                    assert!(e.message.contains("cut at"), "{what}: {e}");
+                }
+                (Finish::Refused, Err(e)) => {
+                    check(&e, FailureKind::Refused, FailureClass::Definite, None);
+                    // Anthropic's `refusal` is named in the model's words.
+                    assert!(
+                        e.message.contains(reason) || *reason == "refusal",
+                        "{what}: {e}"
+                    );
+                }
+                (Finish::Unknown, Err(e)) => {
+                    check(&e, FailureKind::BadResponse, FailureClass::Definite, None);
+                    assert!(
+                        e.message
+                            .contains(&format!("{} `{reason}`", spec.finish_field)),
+                        "{what}: {e}"
+                    );
+                }
+                (finish, got) => panic!("{what}: {finish:?} answered {got:?}"),
+            }
+        }
+    }
+}
+
+/// Anthropic's forced tool, its input cut at `max_tokens`: the cut is
+/// named even where what arrived still fits the schema.
+#[tokio::test]
+async fn a_tool_input_cut_at_max_tokens_is_named() {
+    let fake = FakeProvider::start(Script::always(Behavior::Finish {
+        text: r#"{"category": "billing", "urgent": false}"#.into(),
+        reason: "max_tokens".into(),
+    }))
+    .await
+    .unwrap();
+    let provider = provider_for(&fake, "anthropic", "structured_output = [\"tool\"]");
+    let error = provider.chat(&json_request(), &call(1)).await.unwrap_err();
+    check(
+        &error,
+        FailureKind::BadResponse,
+        FailureClass::Definite,
+        None,
+    );
+    assert!(
+        error
+            .message
+            .contains("the tool input was cut at max_tokens (64"),
+        "{error}"
+    );
+}
+
+/// A thinking model's reasoning is not its answer: the answer is read alone.
+#[tokio::test]
+async fn a_thinking_models_thoughts_are_not_its_answer() {
+    let answer = r#"{"category": "billing", "urgent": false}"#;
+    for kind in kinds() {
+        let fake = FakeProvider::start(Script::always(Behavior::Thought {
+            thought: "The user was charged twice, so: billing. {not json".into(),
+            text: answer.into(),
+        }))
+        .await
+        .unwrap();
+        let provider = provider_for(&fake, kind, "");
+        let response = provider
+            .chat(&json_request(), &call(1))
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(
+            response.json,
+            Some(serde_json::from_str(answer).unwrap()),
+            "{kind}"
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&response.text).unwrap(),
+            serde_json::from_str::<serde_json::Value>(answer).unwrap(),
+            "{kind}: the text is the answer's alone"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_server_that_answers_it_failed_is_definite() {
     for status in [500, 503, 529] {

@@ -6,6 +6,7 @@
 
 mod config;
 mod conformance;
+mod docs;
 mod failure_table;
 mod fake;
 mod local_gemma;

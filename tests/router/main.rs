@@ -25,6 +25,7 @@ surety_tests::both_engines!(scenarios:
     the_http_edge_answers_in_problem_details,
     the_openapi_document_is_the_router,
     an_owner_flooding_is_held_to_its_limits,
+    a_filtered_answer_or_an_unknown_finish_reason_fails_over,
 );
 
 mod certified_is_served {

@@ -889,3 +889,79 @@ pub async fn an_owner_flooding_is_held_to_its_limits(db: &TestDb) {
     );
     assert!(router.metric("surety_rate_limited_total").await >= 4.0);
 }
+
+/// A filtered answer (OpenAI's `content_filter`, its JSON complete and
+/// right) and an answer ending with a finish reason nobody knows are
+/// definite failures of their attempts, named: the job fails over to the
+/// next certified provider, and is served its answer.
+pub async fn a_filtered_answer_or_an_unknown_finish_reason_fails_over(db: &TestDb) {
+    let text = "Olá, a minha fatura está com o valor errado, podem verificar?";
+    let right = json!({"language": "portuguese"}).to_string();
+    let stopping = |reason: &str| {
+        Script::always(Behavior::Finish {
+            text: right.clone(),
+            reason: reason.to_owned(),
+        })
+    };
+    let fakes = [
+        FakeProvider::start(stopping("content_filter"))
+            .await
+            .unwrap(),
+        FakeProvider::start(stopping("a_reason_from_next_year"))
+            .await
+            .unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+    ];
+    let ids = ["filtered", "unknown", "good"];
+    let providers: Vec<(&str, &FakeProvider)> = ids.iter().copied().zip(fakes.iter()).collect();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"filtered\", \"unknown\", \"good\"]\n";
+    let m = manifest(&[
+        ("filtered", &fakes[0], "language-detect"),
+        ("unknown", &fakes[1], "language-detect"),
+        ("good", &fakes[2], "language-detect"),
+    ]);
+    let router = Router::start(db, &providers, route, &m, "").await;
+    let (_, _, job) = router
+        .create(ACME, "stops-1", &detect(text), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["result"], json!({"language": "portuguese"}));
+    let attempts: Vec<(String, String, String)> = job["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["provider"].as_str().unwrap().to_owned(),
+                a["state"].as_str().unwrap().to_owned(),
+                a["error"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| (a.0.as_str(), a.1.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("filtered", "failed"),
+            ("unknown", "failed"),
+            ("good", "succeeded")
+        ],
+        "{job}"
+    );
+    assert!(
+        attempts[0].2.contains("finish_reason content_filter"),
+        "{job}"
+    );
+    assert!(
+        attempts[1]
+            .2
+            .contains("finish_reason `a_reason_from_next_year`"),
+        "{job}"
+    );
+    assert_eq!(
+        fakes.iter().map(FakeProvider::calls).collect::<Vec<_>>(),
+        [1, 1, 1]
+    );
+}

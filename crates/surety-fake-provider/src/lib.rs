@@ -116,6 +116,14 @@ pub enum Behavior {
     Gated(Box<Behavior>),
     /// HTTP 200 whose body is one byte every `every_ms`, and never ends.
     Drip { every_ms: u64 },
+    /// A normal answer with this text that ends with this finish reason,
+    /// in the wire format's own words (OpenAI `finish_reason`, Anthropic
+    /// `stop_reason`, Gemini `finishReason`).
+    Finish { text: String, reason: String },
+    /// A thinking model's answer: its reasoning first (Gemini: a part
+    /// flagged `thought`; Anthropic: a `thinking` block; OpenAI-compatible
+    /// servers: `reasoning_content`), then the answer's text.
+    Thought { thought: String, text: String },
 }
 
 impl Behavior {
@@ -498,6 +506,10 @@ async fn wait(latency: Latency) {
 trait Answers {
     fn reply(&self, text: &str) -> Value;
     fn refusal(&self, words: &str) -> Value;
+    /// The reply, ending with `reason` instead of the normal one.
+    fn finish(&self, text: &str, reason: &str) -> Value;
+    /// The reply, after a thinking model's `thought`.
+    fn thought(&self, thought: &str, text: &str) -> Value;
 }
 
 /// Answers a request as its plan says.
@@ -526,6 +538,8 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
     let body = match behavior {
         Behavior::Reply(text) => ok.reply(&text),
         Behavior::Refuse(words) => ok.refusal(&words),
+        Behavior::Finish { text, reason } => ok.finish(&text, &reason),
+        Behavior::Thought { thought, text } => ok.thought(&thought, &text),
         Behavior::Cycle(texts) if texts.is_empty() => ok.reply(""),
         Behavior::Cycle(texts) => ok.reply(&texts[(plan.rule_calls % texts.len() as u64) as usize]),
         Behavior::Huge { bytes } => return huge(shared, bytes),
@@ -583,6 +597,8 @@ async fn misbehave(plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Respon
         | Behavior::Cycle(_)
         | Behavior::Sequence(_)
         | Behavior::Gated(_)
+        | Behavior::Finish { .. }
+        | Behavior::Thought { .. }
         | Behavior::Huge { .. } => bad_request("the fake's plan is a normal answer"),
         Behavior::Drip { every_ms } => {
             let every = Duration::from_millis(every_ms.max(1));
@@ -691,6 +707,10 @@ struct OpenAiAnswer {
 
 impl OpenAiAnswer {
     fn completion(&self, content: Option<&str>, refusal: Option<&str>) -> Value {
+        self.ending(content, refusal, "stop")
+    }
+
+    fn ending(&self, content: Option<&str>, refusal: Option<&str>, reason: &str) -> Value {
         let completion_tokens = word_count(content.or(refusal).unwrap_or_default());
         json!({
             "id": format!("chatcmpl-fake-{}", self.call),
@@ -701,7 +721,7 @@ impl OpenAiAnswer {
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": refusal},
                 "logprobs": null,
-                "finish_reason": "stop",
+                "finish_reason": reason,
             }],
             "usage": {
                 "prompt_tokens": self.prompt_tokens,
@@ -719,6 +739,16 @@ impl Answers for OpenAiAnswer {
 
     fn refusal(&self, words: &str) -> Value {
         self.completion(None, Some(words))
+    }
+
+    fn finish(&self, text: &str, reason: &str) -> Value {
+        self.ending(Some(text), None, reason)
+    }
+
+    fn thought(&self, thought: &str, text: &str) -> Value {
+        let mut body = self.completion(Some(text), None);
+        body["choices"][0]["message"]["reasoning_content"] = json!(thought);
+        body
     }
 }
 
@@ -769,23 +799,53 @@ impl AnthropicAnswer {
     }
 }
 
-impl Answers for AnthropicAnswer {
-    fn reply(&self, text: &str) -> Value {
+impl AnthropicAnswer {
+    /// The answer's content blocks and its normal stop reason: the forced
+    /// tool called with `text` as its input, or `text` (a prefilled turn
+    /// continued, not repeated).
+    fn blocks(&self, text: &str) -> (Vec<Value>, &'static str, String) {
         match (&self.forced_tool, serde_json::from_str::<Value>(text)) {
-            (Some(name), Ok(input)) => {
-                let content = json!([{"type": "tool_use", "id": format!("toolu_fake_{}", self.call), "name": name, "input": input}]);
-                self.message(content, "tool_use", text)
-            }
+            (Some(name), Ok(input)) => (
+                vec![
+                    json!({"type": "tool_use", "id": format!("toolu_fake_{}", self.call), "name": name, "input": input}),
+                ],
+                "tool_use",
+                text.to_owned(),
+            ),
             _ => {
-                // A prefilled turn is continued, not repeated.
                 let text = self
                     .prefilled
                     .as_deref()
                     .and_then(|p| text.strip_prefix(p))
                     .unwrap_or(text);
-                self.message(json!([{"type": "text", "text": text}]), "end_turn", text)
+                (
+                    vec![json!({"type": "text", "text": text})],
+                    "end_turn",
+                    text.to_owned(),
+                )
             }
         }
+    }
+}
+
+impl Answers for AnthropicAnswer {
+    fn reply(&self, text: &str) -> Value {
+        let (blocks, stop, text) = self.blocks(text);
+        self.message(Value::Array(blocks), stop, &text)
+    }
+
+    fn finish(&self, text: &str, reason: &str) -> Value {
+        let (blocks, _, text) = self.blocks(text);
+        self.message(Value::Array(blocks), reason, &text)
+    }
+
+    fn thought(&self, thought: &str, text: &str) -> Value {
+        let (mut blocks, stop, text) = self.blocks(text);
+        blocks.insert(
+            0,
+            json!({"type": "thinking", "thinking": thought, "signature": "fake-signature"}),
+        );
+        self.message(Value::Array(blocks), stop, &text)
     }
 
     fn refusal(&self, words: &str) -> Value {
@@ -844,12 +904,25 @@ impl GeminiAnswer {
 
 impl Answers for GeminiAnswer {
     fn reply(&self, text: &str) -> Value {
+        self.finish(text, "STOP")
+    }
+
+    fn finish(&self, text: &str, reason: &str) -> Value {
         let candidate = json!({
             "content": {"role": "model", "parts": [{"text": text}]},
-            "finishReason": "STOP",
+            "finishReason": reason,
             "index": 0,
         });
         self.response(candidate, word_count(text))
+    }
+
+    fn thought(&self, thought: &str, text: &str) -> Value {
+        let candidate = json!({
+            "content": {"role": "model", "parts": [{"text": thought, "thought": true}, {"text": text}]},
+            "finishReason": "STOP",
+            "index": 0,
+        });
+        self.response(candidate, word_count(thought) + word_count(text))
     }
 
     fn refusal(&self, words: &str) -> Value {

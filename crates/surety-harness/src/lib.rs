@@ -176,16 +176,20 @@ impl ContractResult {
 /// Called with the contract and case after each sample.
 pub type OnSample = Box<dyn Fn(&str, &str) + Send + Sync>;
 
-/// How transient refusals (HTTP 429, or 503 with Retry-After) are retried
-/// within a certification run: each is waited out as the provider asked,
-/// up to `per_call` times per call, never longer than `longest_wait` at
-/// once, and `per_run` in all. Beyond that the refusal fails the call,
-/// naming its status.
+/// How transient refusals are retried within a certification run: an HTTP
+/// 429, 503 or 529 (Anthropic's `overloaded_error`) is waited out as long
+/// as the provider asks (`Retry-After`, `retry-after-ms`, Google's
+/// `RetryInfo`), or, where it gives no hint, with exponential backoff from
+/// `first_backoff` and jitter; up to `per_call` times per call, never
+/// longer than `longest_wait` at once, and `per_run` in all. Beyond that
+/// the refusal fails the call, naming its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryBudget {
     pub per_call: u32,
     pub longest_wait: Duration,
     pub per_run: Duration,
+    /// The first wait when the provider gives no hint; each retry doubles it.
+    pub first_backoff: Duration,
 }
 
 impl Default for RetryBudget {
@@ -194,7 +198,21 @@ impl Default for RetryBudget {
             per_call: 3,
             longest_wait: Duration::from_secs(30),
             per_run: Duration::from_secs(300),
+            first_backoff: Duration::from_secs(1),
         }
+    }
+}
+
+impl RetryBudget {
+    /// The wait before retry `n` (0-based) of a refusal that named none:
+    /// `first_backoff × 2ⁿ`, at most `longest_wait`, less up to half of it
+    /// at random so that many calls refused together do not return together.
+    pub fn backoff(&self, n: u32) -> Duration {
+        let full = self
+            .first_backoff
+            .saturating_mul(1u32 << n.min(16))
+            .min(self.longest_wait);
+        full.mul_f64(1.0 - rand::random::<f64>() / 2.0)
     }
 }
 
@@ -202,8 +220,9 @@ impl std::fmt::Display for RetryBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "429 and 503 with Retry-After are retried up to {} times per call, waiting at most {} s at once and {} s per run",
+            "429, 503 and 529 are retried up to {} times per call, waiting as long as the provider asks (Retry-After, retry-after-ms, RetryInfo) or else backing off from {} s with jitter, at most {} s at once and {} s per run",
             self.per_call,
+            self.first_backoff.as_secs_f64(),
             self.longest_wait.as_secs(),
             self.per_run.as_secs()
         )
@@ -419,16 +438,19 @@ impl Certification {
             ),
         });
         let passes = samples.iter().filter(|s| s.passed()).count() as u32;
+        // Flaky is what it says, whatever k is: some samples passed and some
+        // did not (or all passed with different answers). Whether a flaky
+        // case passes is the contract's `flaky_passes`, and only with k passes.
         let outcome = if passes == contract.sampling.samples && deterministic {
             Outcome::StablePass
-        } else if passes < contract.sampling.pass_k {
+        } else if passes == 0 {
             Outcome::StableFail
         } else {
             Outcome::Flaky
         };
         let allowed = match outcome {
             Outcome::StablePass => true,
-            Outcome::Flaky => contract.sampling.flaky_passes,
+            Outcome::Flaky => contract.sampling.flaky_passes && passes >= contract.sampling.pass_k,
             Outcome::StableFail => false,
         };
         Ok(CaseResult {
@@ -525,11 +547,26 @@ impl Certification {
                 Ok(response) => return Ok(response),
                 Err(error) => error,
             };
-            let transient = matches!(error.status, Some(429 | 503));
-            let Some(wait) = error.retry_after.filter(|_| transient) else {
+            // Refusals that say "later": rate limits, an unavailable or
+            // overloaded server (Anthropic's 529). Nothing else is retried.
+            if !matches!(error.status, Some(429 | 503 | 529)) {
                 return Err(error);
+            }
+            let n = retries.len() as u32;
+            if n >= self.retry.per_call {
+                return Err(error);
+            }
+            let (wait, why) = match error.retry_after {
+                Some(asked) => (asked, format!("asked to wait {} s", asked.as_secs_f64())),
+                None => {
+                    let wait = self.retry.backoff(n);
+                    (
+                        wait,
+                        format!("no hint, backed off {:.2} s", wait.as_secs_f64()),
+                    )
+                }
             };
-            if retries.len() as u32 >= self.retry.per_call || wait > self.retry.longest_wait {
+            if wait > self.retry.longest_wait {
                 return Err(error);
             }
             {
@@ -542,11 +579,7 @@ impl Certification {
                 }
                 *waited += wait;
             }
-            retries.push(format!(
-                "HTTP {} with Retry-After {} s",
-                error.status.unwrap_or_default(),
-                wait.as_secs_f64()
-            ));
+            retries.push(format!("HTTP {}, {why}", error.status.unwrap_or_default()));
             tokio::time::sleep(wait).await;
         }
     }

@@ -157,6 +157,13 @@ impl AnthropicProvider {
                 self.http.scrub(&format!("the model refused: {text}")),
             ));
         }
+        let finish = crate::kinds::ANTHROPIC
+            .finish(&self.config.id, stop_reason.as_deref(), Some(&text))
+            .map_err(|mut e| {
+                e.message = self.http.scrub(&e.message);
+                e
+            })?;
+        let truncated = finish == crate::Finish::Truncated;
         let json = match (&request.output, mode) {
             (OutputFormat::Text, _) => None,
             (OutputFormat::Json { .. }, StructuredMode::Tool) => {
@@ -164,13 +171,23 @@ impl AnthropicProvider {
                     self.http
                         .bad_response("the model did not call the forced tool")
                 })?;
+                // A tool input cut at the limit is not the model's whole
+                // answer, even where what arrived still fits the schema.
+                if truncated {
+                    return Err(self.http.bad_response(format!(
+                        "the tool input was cut at max_tokens ({}, stop_reason {}): {input}",
+                        request.max_tokens,
+                        stop_reason.as_deref().unwrap_or_default()
+                    )));
+                }
                 text = input.to_string();
                 Some(input)
             }
             (OutputFormat::Json { .. }, _) => {
-                if stop_reason.as_deref() == Some("max_tokens") {
+                if truncated {
                     return Err(self.http.bad_response(format!(
-                        "the answer was cut at max_tokens before the JSON closed: {text}"
+                        "the answer was cut at max_tokens ({}) before the JSON closed: {text}",
+                        request.max_tokens
                     )));
                 }
                 if mode == StructuredMode::Prefill {

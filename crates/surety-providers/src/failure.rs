@@ -7,8 +7,8 @@
 //! |-------------------------------------------------|---------------|----------|
 //! | refused before sending: no connection, a missing capability or key | `NotSent` | definite |
 //! | HTTP 4xx other than 429 (400/401/403/404/422...) | `Rejected`    | definite |
-//! | HTTP 429, with its Retry-After kept             | `RateLimited` | definite |
-//! | HTTP 500, 501, 503, 505, 529: the server answered that it failed (a 503's Retry-After kept) | `ServerError` | definite |
+//! | HTTP 429, with how long it asks to wait kept (below) | `RateLimited` | definite |
+//! | HTTP 500, 501, 503, 505, 529: the server answered that it failed (a 503's or 529's wait kept) | `ServerError` | definite |
 //! | a 2xx whose body does not fit the request       | `BadResponse` | definite |
 //! | a 2xx longer than the provider's `max_response_bytes` (read no further) | `BadResponse` | definite |
 //! | a 2xx whose body is an error object: the server answered that it failed | `ServerError` | definite |
@@ -16,6 +16,13 @@
 //! | timeout after the request left                  | `Timeout`     | unknown  |
 //! | connection reset or body cut short mid-response | `Reset`       | unknown  |
 //! | HTTP 502, 504 and every other 5xx: a gateway lost the upstream's answer | `Gateway` | unknown |
+//!
+//! | HTTP 200 whose finish reason is a filter or a refusal (OpenAI `content_filter`, Gemini SAFETY...), named | `Refused` | definite |
+//! | HTTP 200 whose answer was cut at the token limit (JSON or a tool's input), named | `BadResponse` | definite |
+//! | HTTP 200 with a finish reason the adapter does not know, named: never taken for an answer | `BadResponse` | definite |
+//!
+//! Each kind's finish reasons are listed in its `KindSpec::finish_reasons`
+//! (`kinds.rs`) as a [`Finish`]; one that is not listed is [`Finish::Unknown`].
 //!
 //! Statuses decide, whatever the wire format: Google's `error.status`
 //! (RESOURCE_EXHAUSTED on 429, UNAVAILABLE on 503, INVALID_ARGUMENT on 400)
@@ -76,6 +83,42 @@ impl FailureKind {
     }
 }
 
+/// What a finish reason says of the answer it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Finish {
+    /// The model finished its answer.
+    Complete,
+    /// The answer was cut at the token limit.
+    Truncated,
+    /// A filter or the model refused: no answer to the request.
+    Refused,
+    /// Not a reason this adapter knows: never taken for an answer.
+    Unknown,
+}
+
+impl Finish {
+    /// What a kind's finish reason (`None`: the provider sent none) means,
+    /// read from the kind's table.
+    pub fn of(table: &[(&str, Finish)], reason: Option<&str>) -> Finish {
+        match reason {
+            None => Finish::Complete,
+            Some(reason) => table
+                .iter()
+                .find(|(name, _)| *name == reason)
+                .map_or(Finish::Unknown, |(_, finish)| *finish),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Complete => "complete",
+            Finish::Truncated => "cut at the token limit",
+            Finish::Refused => "refused (a filter or the model)",
+            Finish::Unknown => "unknown",
+        }
+    }
+}
+
 /// The kind of failure an HTTP status means; `None` for success.
 pub fn classify_status(status: u16) -> Option<FailureKind> {
     match status {
@@ -111,7 +154,9 @@ pub struct ProviderError {
     pub kind: FailureKind,
     /// The HTTP status, when the server answered.
     pub status: Option<u16>,
-    /// How long the provider asked us to wait (HTTP 429's `Retry-After`).
+    /// How long the provider asked us to wait, with a 429, 503 or 529: its
+    /// `retry-after-ms`, its `Retry-After` (seconds or an HTTP date), or
+    /// the `retryDelay` of a `google.rpc.RetryInfo` in the error body.
     pub retry_after: Option<Duration>,
     /// What went wrong, with the server's own message where it gave one.
     pub message: String,
@@ -142,6 +187,41 @@ impl ProviderError {
                 self.kind,
                 FailureKind::NotSent | FailureKind::Timeout | FailureKind::Reset
             )
+    }
+
+    /// The failure a finish reason other than [`Finish::Complete`] and
+    /// [`Finish::Truncated`] means: a refusal naming the reason, or a
+    /// reason the adapter does not know, named. `None` for those two,
+    /// which the adapter judges against what it asked for.
+    pub fn from_finish(
+        provider: &str,
+        field: &str,
+        finish: Finish,
+        reason: Option<&str>,
+        words: Option<&str>,
+    ) -> Option<ProviderError> {
+        let reason = reason.unwrap_or_default();
+        let words = words.filter(|w| !w.trim().is_empty());
+        match finish {
+            Finish::Complete | Finish::Truncated => None,
+            Finish::Refused => Some(ProviderError::new(
+                provider,
+                FailureKind::Refused,
+                match words {
+                    Some(words) => format!("the model refused: {words} ({field} {reason})"),
+                    None => format!(
+                        "the answer was withheld ({field} {reason}): a filter or the model stopped it, so it is not an answer to the request"
+                    ),
+                },
+            )),
+            Finish::Unknown => Some(ProviderError::new(
+                provider,
+                FailureKind::BadResponse,
+                format!(
+                    "the answer ended with {field} `{reason}`, which this adapter does not know; it is not taken for an answer"
+                ),
+            )),
+        }
     }
 
     /// A definite failure raised before anything was sent.

@@ -172,20 +172,32 @@ impl GeminiProvider {
             .next()
             .ok_or_else(|| self.http.bad_response("the response has no candidates"))?;
         let finish_reason = candidate.finish_reason;
-        if let Some(reason) = finish_reason
-            .as_deref()
-            .filter(|r| !matches!(*r, "STOP" | "MAX_TOKENS" | "FINISH_REASON_UNSPECIFIED"))
-        {
-            return Err(refused(reason, candidate.finish_message.as_deref()));
-        }
+        let finish = crate::kinds::GEMINI
+            .finish(
+                &self.config.id,
+                finish_reason.as_deref(),
+                candidate.finish_message.as_deref(),
+            )
+            .map_err(|mut e| {
+                e.message = self.http.scrub(&e.message);
+                e
+            })?;
+        // The answer is the parts that are not thoughts: a thinking model
+        // sends its reasoning as parts flagged `thought`.
         let text: String = candidate
             .content
-            .map(|c| c.parts.into_iter().filter_map(|p| p.text).collect())
+            .map(|c| {
+                c.parts
+                    .into_iter()
+                    .filter(|p| p.thought != Some(true))
+                    .filter_map(|p| p.text)
+                    .collect()
+            })
             .unwrap_or_default();
         let json = match &request.output {
             OutputFormat::Text => None,
             OutputFormat::Json { .. } => {
-                if finish_reason.as_deref() == Some("MAX_TOKENS") {
+                if finish == crate::Finish::Truncated {
                     return Err(self.http.bad_response(format!(
                         "the answer was cut at maxOutputTokens ({}) before the JSON closed: {text}",
                         request.max_tokens
@@ -284,6 +296,8 @@ struct WireContent {
 #[derive(Deserialize)]
 struct WirePart {
     text: Option<String>,
+    /// A thinking model's reasoning, not its answer.
+    thought: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -134,9 +134,11 @@ impl HttpClient {
                 provider: self.provider.clone(),
                 kind,
                 status: Some(status),
-                // 429 and 503 say when to ask again; other statuses do not.
+                // 429, 503 and Anthropic's 529 say when to ask again, in a
+                // header or (Google) in the body; other statuses do not.
                 retry_after: match status {
-                    429 | 503 => retry_after,
+                    429 | 503 | 529 => retry_after
+                        .or_else(|| body.as_ref().ok().and_then(|bytes| retry_info(bytes))),
                     _ => None,
                 },
                 message: self.scrub(&text),
@@ -281,7 +283,8 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// `Retry-After` in seconds (RFC 9110 delta-seconds), or OpenAI's `retry-after-ms`.
+/// OpenAI's `retry-after-ms`, else `Retry-After` in seconds or as an HTTP
+/// date (RFC 9110; a date in the past means now).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let header = |name: &str| {
         headers
@@ -292,9 +295,37 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
-    header("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    let value = header("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).ok();
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Google's `google.rpc.RetryInfo` in an error body:
+/// `{"error": {"details": [{"@type": ".../google.rpc.RetryInfo", "retryDelay": "1.5s"}]}}`.
+fn retry_info(bytes: &[u8]) -> Option<Duration> {
+    let body: Value = serde_json::from_slice(bytes).ok()?;
+    body.pointer("/error/details")?
+        .as_array()?
+        .iter()
+        .filter(|d| {
+            d.get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"))
+        })
+        .find_map(|d| {
+            d.get("retryDelay")?
+                .as_str()?
+                .strip_suffix('s')?
+                .parse::<f64>()
+                .ok()
+        })
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
 }
 
 /// The server's own words: `error.message` (OpenAI, Anthropic), `detail`

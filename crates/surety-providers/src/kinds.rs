@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::config::{ConfigError, ProviderConfig, ProviderKind};
 use crate::secret::Secret;
-use crate::{Provider, StructuredMode, anthropic, gemini, openai};
+use crate::{Finish, Provider, StructuredMode, anthropic, gemini, openai};
 
 /// Whether a kind has a capability, and if so, whether it is on unless the
 /// configuration says otherwise.
@@ -57,6 +57,11 @@ pub struct KindSpec {
     pub models_endpoint: Support,
     /// The header that carries a provider-side idempotency key by default.
     pub idempotency_header: Option<&'static str>,
+    /// Where the answer says why it ended (`finish_reason`, ...).
+    pub finish_field: &'static str,
+    /// Every finish reason the kind documents, and what it means; any
+    /// other is [`Finish::Unknown`] and never taken for an answer.
+    pub finish_reasons: &'static [(&'static str, Finish)],
     pub build: Build,
 }
 
@@ -75,6 +80,18 @@ pub static OPENAI: KindSpec = KindSpec {
     tokenize_endpoint: Support::Yes { default: false },
     models_endpoint: Support::Yes { default: true },
     idempotency_header: Some("Idempotency-Key"),
+    finish_field: "finish_reason",
+    finish_reasons: &[
+        ("stop", Finish::Complete),
+        ("length", Finish::Truncated),
+        // Azure OpenAI's content filters (and OpenAI's own moderation).
+        ("content_filter", Finish::Refused),
+        // Hugging Face TGI's OpenAI-compatible server.
+        ("eos_token", Finish::Complete),
+        ("stop_sequence", Finish::Complete),
+        // `tool_calls` and `function_call` are not listed: no request of
+        // surety's offers a tool, so an answer that calls one is unknown.
+    ],
     build: |config, key| Ok(Arc::new(openai::OpenAiProvider::new(config, key)?)),
 };
 
@@ -92,6 +109,18 @@ pub static ANTHROPIC: KindSpec = KindSpec {
     tokenize_endpoint: Support::No,
     models_endpoint: Support::No,
     idempotency_header: None,
+    finish_field: "stop_reason",
+    finish_reasons: &[
+        ("end_turn", Finish::Complete),
+        ("stop_sequence", Finish::Complete),
+        // The forced tool of `tool` mode was called: its input is the answer.
+        ("tool_use", Finish::Complete),
+        ("max_tokens", Finish::Truncated),
+        ("model_context_window_exceeded", Finish::Truncated),
+        ("refusal", Finish::Refused),
+        // `pause_turn` (a long turn paused for the client to resume) is not
+        // listed: it is not an answer.
+    ],
     build: |config, key| Ok(Arc::new(anthropic::AnthropicProvider::new(config, key)?)),
 };
 
@@ -111,8 +140,42 @@ pub static GEMINI: KindSpec = KindSpec {
     tokenize_endpoint: Support::No,
     models_endpoint: Support::No,
     idempotency_header: None,
+    finish_field: "finishReason",
+    finish_reasons: &[
+        ("STOP", Finish::Complete),
+        ("MAX_TOKENS", Finish::Truncated),
+        ("SAFETY", Finish::Refused),
+        ("RECITATION", Finish::Refused),
+        ("LANGUAGE", Finish::Refused),
+        ("BLOCKLIST", Finish::Refused),
+        ("PROHIBITED_CONTENT", Finish::Refused),
+        ("SPII", Finish::Refused),
+        ("IMAGE_SAFETY", Finish::Refused),
+        // OTHER, MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL,
+        // FINISH_REASON_UNSPECIFIED and any newer reason are unknown.
+    ],
     build: |config, key| Ok(Arc::new(gemini::GeminiProvider::new(config, key)?)),
 };
+
+impl KindSpec {
+    /// Reads an answer's finish reason against this kind's table: the
+    /// answer is complete or truncated (for the adapter to judge against
+    /// what it asked), or it is not an answer at all (a refusal naming the
+    /// reason in the provider's `words`, or a reason not in the table).
+    pub fn finish(
+        &self,
+        provider: &str,
+        reason: Option<&str>,
+        words: Option<&str>,
+    ) -> Result<Finish, crate::ProviderError> {
+        let finish = Finish::of(self.finish_reasons, reason);
+        match crate::ProviderError::from_finish(provider, self.finish_field, finish, reason, words)
+        {
+            Some(error) => Err(error),
+            None => Ok(finish),
+        }
+    }
+}
 
 /// Every kind, in the order they are documented.
 pub static KINDS: [&KindSpec; 3] = [&OPENAI, &ANTHROPIC, &GEMINI];

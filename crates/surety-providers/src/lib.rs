@@ -29,7 +29,7 @@ pub use config::{
     ConfigError, Facade, ProviderConfig, ProviderKind, ProvidersConfig, Route, SuretyFile,
     TokenizerConfig, build_provider, build_provider_with,
 };
-pub use failure::{FailureClass, FailureKind, ProviderError};
+pub use failure::{FailureClass, FailureKind, Finish, ProviderError};
 pub use secret::Secret;
 
 /// A boxed future, so that providers can sit behind `dyn Provider`.

@@ -131,10 +131,18 @@ impl OpenAiProvider {
         }
         let text = choice.message.content.unwrap_or_default();
         let finish_reason = choice.finish_reason;
+        // A filtered answer is no answer, whatever its JSON; an unknown
+        // reason is never taken for one.
+        let finish = crate::kinds::OPENAI
+            .finish(&self.config.id, finish_reason.as_deref(), None)
+            .map_err(|mut e| {
+                e.message = self.http.scrub(&e.message);
+                e
+            })?;
         let (json, structured_mode) = match &request.output {
             OutputFormat::Text => (None, None),
             OutputFormat::Json { .. } => {
-                if finish_reason.as_deref() == Some("length") {
+                if finish == crate::Finish::Truncated {
                     return Err(self.http.bad_response(format!(
                         "the answer was cut at max_tokens ({}) before the JSON closed: {text}",
                         request.max_tokens
