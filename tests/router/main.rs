@@ -26,6 +26,7 @@ surety_tests::both_engines!(scenarios:
     the_openapi_document_is_the_router,
     an_owner_flooding_is_held_to_its_limits,
     a_filtered_answer_or_an_unknown_finish_reason_fails_over,
+    a_certificate_that_lapses_mid_job_is_not_failed_over_to,
 );
 
 mod certified_is_served {

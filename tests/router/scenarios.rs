@@ -965,3 +965,72 @@ pub async fn a_filtered_answer_or_an_unknown_finish_reason_fails_over(db: &TestD
         [1, 1, 1]
     );
 }
+
+/// Eligibility is asked again at every attempt: while a job's first
+/// attempt waits on its provider, a manifest reload lapses the second
+/// provider's certificate; when the first fails, the failover starts
+/// nothing there and goes on to the third.
+pub async fn a_certificate_that_lapses_mid_job_is_not_failed_over_to(db: &TestDb) {
+    let text = "Olá, a minha fatura está com o valor errado, podem verificar?";
+    let fakes = [
+        FakeProvider::start(Script::always(Behavior::Gated(Box::new(
+            Behavior::Status {
+                status: 503,
+                body: json!({"error": {"message": "overloaded"}}),
+                retry_after: None,
+            },
+        ))))
+        .await
+        .unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+    ];
+    let ids = ["first", "lapsing", "third"];
+    let providers: Vec<(&str, &FakeProvider)> = ids.iter().copied().zip(fakes.iter()).collect();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"first\", \"lapsing\", \"third\"]\n";
+    let certified = [
+        ("first", &fakes[0], "language-detect"),
+        ("lapsing", &fakes[1], "language-detect"),
+        ("third", &fakes[2], "language-detect"),
+    ];
+    let router = Router::start(db, &providers, route, &manifest(&certified), "").await;
+    let (status, _, job) = router.create(ACME, "lapse-1", &detect(text), None).await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    assert!(
+        fakes[0].wait_for_calls(1, WAIT).await,
+        "the first attempt is at its provider"
+    );
+    // The second provider's certificate expires, and the router reloads it.
+    let mut lapsed = manifest(&certified);
+    lapsed
+        .entries
+        .iter_mut()
+        .find(|e| e.provider == "lapsing")
+        .unwrap()
+        .expires_at =
+        surety_manifest::now_rfc3339(time::OffsetDateTime::now_utc() - time::Duration::hours(1));
+    lapsed.write(&router.manifest_path()).unwrap();
+    router.state.inner.manifest.reload();
+    let id = job["id"].as_str().unwrap().to_owned();
+    let mut settled = router.state.inner.settled.subscribe();
+    fakes[0].open_gate();
+    tokio::time::timeout(WAIT, async {
+        while settled.recv().await.unwrap().0 != id {}
+    })
+    .await
+    .unwrap();
+    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let tried: Vec<&str> = job["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["provider"].as_str().unwrap())
+        .collect();
+    assert_eq!(tried, ["first", "third"], "{job}");
+    assert_eq!(
+        fakes[1].calls(),
+        0,
+        "nothing was sent where the certificate lapsed"
+    );
+}

@@ -175,6 +175,15 @@ fn marker_text() -> String {
 /// as this build of xtask installs them, then proves the server serves: it
 /// is started and asked for one chat completion and one tokenize call.
 pub fn install(paths: &Paths) -> Result<()> {
+    ensure_installed(paths)?;
+    let server = start(paths, None)?;
+    drop(server);
+    Ok(())
+}
+
+/// Installs (or rebuilds) unless the cache holds this build already; the
+/// proof is left to [`start`], which every user of the server calls.
+pub fn ensure_installed(paths: &Paths) -> Result<()> {
     match paths.state() {
         InstallState::Installed => eprintln!(
             "local provider: installed in {} (built with {})",
@@ -198,8 +207,6 @@ pub fn install(paths: &Paths) -> Result<()> {
             build(paths)?;
         }
     }
-    let server = start(paths, None)?;
-    drop(server);
     Ok(())
 }
 
@@ -663,7 +670,7 @@ fn run(command: &mut Command, what: &str) -> Result<()> {
 
 /// `cargo xtask local-provider`: install if needed, serve at `port` until stopped.
 pub fn serve(paths: &Paths, port: Option<u16>) -> Result<()> {
-    install(paths)?;
+    ensure_installed(paths)?;
     let server = start(paths, port)?;
     println!(
         "local provider: {} (model {}); stop with ctrl-c",

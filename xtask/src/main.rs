@@ -151,7 +151,7 @@ fn test(root: &Path) -> Result<()> {
 /// the rest in one process (see `crates/surety-router/examples/demo.rs`).
 fn demo(root: &Path) -> Result<()> {
     let paths = local_provider::Paths::new()?;
-    local_provider::install(&paths)?;
+    local_provider::ensure_installed(&paths)?;
     let server = local_provider::start(&paths, None)?;
     let url = server.base_url.clone();
     let status = cargo_run(
@@ -185,7 +185,7 @@ fn certify(root: &Path, args: &[&str]) -> Result<()> {
     let server = match needs_local {
         true => {
             let paths = local_provider::Paths::new()?;
-            local_provider::install(&paths)?;
+            local_provider::ensure_installed(&paths)?;
             Some(local_provider::start(&paths, Some(local_port(root)?))?)
         }
         false => None,

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use surety_contracts::Contract;
 use surety_manifest::{Current, Eligibility};
 use surety_providers::{
     CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
@@ -20,11 +19,14 @@ use crate::config::Route;
 use crate::{AppState, Drift, ServedContract};
 
 /// How one attempt ended, for the dispatcher.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
     Won,
     Lost,
-    Failed,
+    /// A definite failure, with the provider to fail over to: the next of
+    /// the job's providers that is eligible as the attempt ended, and its
+    /// place in the list (`None`: none is, and the job failed).
+    Failed(Option<(usize, Eligible)>),
     Unknown,
 }
 
@@ -65,6 +67,20 @@ pub fn eligibility(
     (verdict, models)
 }
 
+/// `provider` with its certified models, if it is eligible for `served` now.
+fn eligible_now(state: &AppState, provider: &str, served: &ServedContract) -> Option<Eligible> {
+    match eligibility(state, provider, served) {
+        (Eligibility::Certified, models) => Some(Eligible {
+            id: provider.to_owned(),
+            models: models.into(),
+        }),
+        (other, _) => {
+            tracing::warn!(provider = %provider, contract = %served.contract.id, reason = %other, "no longer eligible: no attempt starts there");
+            None
+        }
+    }
+}
+
 /// The route's providers that may serve its contract now, in the route's
 /// order, with why each of the others may not.
 pub fn eligible(
@@ -92,7 +108,7 @@ pub struct Drive {
     pub owner: OwnerId,
     pub job_id: JobId,
     pub route: Route,
-    pub contract: Arc<Contract>,
+    pub served: Arc<ServedContract>,
     /// What every attempt sends: the contract's rendered prompt (or, on an
     /// output-only facade route, the client's messages). Each attempt's
     /// request is built from them by `surety_exchange::request`, the
@@ -100,7 +116,11 @@ pub struct Drive {
     pub messages: Vec<Message>,
     /// An attempt already started (with the job, or by a retry), at `providers[0]`.
     pub first: Option<AttemptHandle>,
-    pub providers: Vec<Eligible>,
+    /// The route's providers eligible when the job was taken, in order.
+    /// Each later attempt asks again, as the manifest and the configuration
+    /// are when it starts: a certificate that lapsed or a provider
+    /// reconfigured since is not tried.
+    pub providers: Arc<[Eligible]>,
 }
 
 pub fn spawn(state: AppState, drive: Drive) {
@@ -117,52 +137,76 @@ pub fn spawn(state: AppState, drive: Drive) {
 }
 
 async fn run(state: &AppState, drive: Drive) {
-    let contract = &drive.contract;
-    let mut first = drive.first.clone();
-    let mut i = 0;
-    while i < drive.providers.len() {
-        let last = i + 1 == drive.providers.len();
-        let handle = match first.take() {
+    let mut handle = drive.first.clone();
+    // The first attempt was started at `providers[0]` as the job was taken;
+    // without one, the first provider eligible now.
+    let found = match &handle {
+        Some(_) => drive.providers.first().cloned().map(|p| (0, p)),
+        None => drive
+            .providers
+            .iter()
+            .enumerate()
+            .find_map(|(i, p)| eligible_now(state, &p.id, &drive.served).map(|now| (i, now))),
+    };
+    let Some((mut i, mut at)) = found else {
+        return;
+    };
+    loop {
+        let handle_now = match handle.take() {
             Some(handle) => handle,
-            None => match start(state, &drive, &drive.providers[i].id, Slot::Primary).await {
+            None => match start(state, &drive, &at.id, Slot::Primary).await {
                 Some(handle) => handle,
                 None => return,
             },
         };
-        let attempt_at = |handle: AttemptHandle, at: &Eligible, give_up: bool| {
+        let attempt_at = |handle: AttemptHandle, at: &Eligible, place: usize| {
             attempt(
                 state.clone(),
                 handle,
                 drive.messages.clone(),
-                contract.clone(),
-                at.models.clone(),
-                give_up,
+                Judge {
+                    served: drive.served.clone(),
+                    models: at.models.clone(),
+                    providers: drive.providers.clone(),
+                    place,
+                },
             )
         };
-        let hedge_at = drive.providers.get(i + 1).filter(|_| contract.hedgeable());
+        let contract = &drive.served.contract;
+        let hedge_at = drive
+            .providers
+            .get(i + 1)
+            .filter(|_| contract.hedgeable() && drive.route.hedge_after.is_some());
         let end = match (drive.route.hedge_after, hedge_at) {
             (Some(after), Some(hedge_provider)) => {
-                let primary = attempt_at(handle, &drive.providers[i], last);
+                let primary = attempt_at(handle_now, &at, i);
                 tokio::pin!(primary);
                 tokio::select! {
                     end = &mut primary => end,
                     () = tokio::time::sleep(after) => {
-                        let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {
-                            return;
-                        };
-                        let give_up = i + 2 >= drive.providers.len();
-                        let hedged = attempt_at(hedge, hedge_provider, give_up);
-                        let (a, b) = tokio::join!(primary, hedged);
-                        i += 1;
-                        [a, b].into_iter().find(|e| *e != End::Failed).unwrap_or(End::Failed)
+                        // The hedge asks for eligibility as it starts, too.
+                        match eligible_now(state, &hedge_provider.id, &drive.served) {
+                            None => primary.await,
+                            Some(hedge_provider) => {
+                                let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {
+                                    return;
+                                };
+                                let hedged = attempt_at(hedge, &hedge_provider, i + 1);
+                                let (a, b) = tokio::join!(primary, hedged);
+                                match (a, b) {
+                                    (End::Failed(_), End::Failed(next)) => End::Failed(next),
+                                    (End::Failed(_), other) | (other, _) => other,
+                                }
+                            }
+                        }
                     }
                 }
             }
-            _ => attempt_at(handle, &drive.providers[i], last).await,
+            _ => attempt_at(handle_now, &at, i).await,
         };
         match end {
-            End::Won | End::Lost | End::Unknown => return,
-            End::Failed => i += 1,
+            End::Won | End::Lost | End::Unknown | End::Failed(None) => return,
+            End::Failed(Some((next, now))) => (i, at) = (next, now),
         }
     }
 }
@@ -198,15 +242,8 @@ async fn attempt(
     state: AppState,
     handle: AttemptHandle,
     messages: Vec<Message>,
-    contract: Arc<Contract>,
-    models: Arc<[String]>,
-    give_up: bool,
+    judge: Judge,
 ) -> End {
-    let judge = Judge {
-        contract,
-        models,
-        give_up,
-    };
     let Some(provider) = state
         .inner
         .providers
@@ -217,7 +254,8 @@ async fn attempt(
         return record(&state, &handle, Err(error), &judge).await;
     };
     // The harness's own builder: what was certified is what is sent.
-    let request = surety_exchange::request(&judge.contract, messages, provider.capabilities());
+    let request =
+        surety_exchange::request(&judge.served.contract, messages, provider.capabilities());
     let _in_flight = InFlight::enter(&state, &handle);
     let heartbeat = {
         let (state, handle) = (state.clone(), handle.clone());
@@ -403,13 +441,26 @@ fn completion(response: &ChatResponse) -> serde_json::Value {
     })
 }
 
-/// What an attempt's answer is judged by.
+/// What an attempt's answer is judged by, and where a failure goes next.
 struct Judge {
-    contract: Arc<Contract>,
+    served: Arc<ServedContract>,
     /// The model ids the provider's certificate saw answer.
     models: Arc<[String]>,
-    /// No provider is left after this one: a failure fails the job.
-    give_up: bool,
+    /// The job's providers, and this attempt's place among them.
+    providers: Arc<[Eligible]>,
+    place: usize,
+}
+
+impl Judge {
+    /// The next provider after this attempt's that is eligible now: where
+    /// a definite failure fails over to. With none, the failure fails the job.
+    fn next(&self, state: &AppState) -> Option<(usize, Eligible)> {
+        self.providers
+            .iter()
+            .enumerate()
+            .skip(self.place + 1)
+            .find_map(|(i, p)| eligible_now(state, &p.id, &self.served).map(|now| (i, now)))
+    }
 }
 
 /// Records what the provider said. An answer from a model the certificate
@@ -422,10 +473,12 @@ async fn record(
     judge: &Judge,
 ) -> End {
     let metrics = &state.inner.metrics;
-    let contract = &judge.contract;
+    let contract = &judge.served.contract;
+    // Asked as this attempt ends, just before the next would start.
+    let next = judge.next(state);
     let failed = |error: String| Outcome::Failed {
         error,
-        give_up: judge.give_up,
+        give_up: next.is_none(),
     };
     if let Ok(response) = &result {
         // Every answered call's tokens, whatever becomes of the answer.
@@ -520,7 +573,7 @@ async fn record(
                 .attempts
                 .with_label_values(&[&handle.provider, "failed"])
                 .inc();
-            End::Failed
+            End::Failed(next)
         }
         Err(e) => {
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "the attempt's outcome was refused");

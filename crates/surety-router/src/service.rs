@@ -166,10 +166,10 @@ pub(crate) async fn create_and_dispatch(
             owner: intake.owner,
             job_id: job.id.clone(),
             route: intake.route,
-            contract: contract.clone(),
+            served: intake.served.clone(),
             messages: intake.messages,
             first,
-            providers,
+            providers: providers.into(),
         };
         dispatch::spawn(state.clone(), drive);
     }
@@ -366,10 +366,10 @@ pub(crate) async fn retry(
             owner: owner.clone(),
             job_id: job.id.clone(),
             route,
-            contract: contract.clone(),
+            served: served.clone(),
             messages,
             first: Some(handle),
-            providers: eligible,
+            providers: eligible.into(),
         },
     );
     Ok(())
