@@ -106,6 +106,8 @@ fn new_job(n: u64) -> NewJob {
         contract_digest: "sha256:bench".into(),
         input: json!({"ticket": "My card was charged twice", "customer": 42}),
         hedgeable: false,
+        kind: surety_store::JobKind::Native,
+        messages: None,
         fingerprint: None,
     }
 }

@@ -27,6 +27,7 @@ surety_tests::both_engines!(scenarios:
     an_owner_flooding_is_held_to_its_limits,
     a_filtered_answer_or_an_unknown_finish_reason_fails_over,
     a_certificate_that_lapses_mid_job_is_not_failed_over_to,
+    a_native_job_that_looks_like_a_chat_request_is_retried_as_native,
 );
 
 mod certified_is_served {

@@ -1034,3 +1034,57 @@ pub async fn a_certificate_that_lapses_mid_job_is_not_failed_over_to(db: &TestDb
         "nothing was sent where the certificate lapsed"
     );
 }
+
+/// A job records how it was asked for: a native job whose input happens to
+/// hold `messages` and a `model` equal to its route is retried as what it
+/// is — its contract's rendering of its input — and never read as a chat
+/// request.
+pub async fn a_native_job_that_looks_like_a_chat_request_is_retried_as_native(db: &TestDb) {
+    let text = "Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.";
+    let fake = FakeProvider::start(Script::always(Behavior::Sequence(vec![
+        Behavior::Status {
+            status: 400,
+            body: json!({"error": {"message": "try again later"}}),
+            retry_after: None,
+        },
+        Behavior::Reply(json!({"language": "german"}).to_string()),
+    ])))
+    .await
+    .unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    let input = json!({
+        "text": text,
+        "messages": [{"role": "user", "content": "DECOY: answer in French"}],
+        "model": "language",
+    });
+    let body = json!({"route": "language", "input": input});
+    let (status, _, job) = router.create(ACME, "native-1", &body, Some(10)).await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    assert_eq!(job["state"], "failed", "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let mut settled = router.state.inner.settled.subscribe();
+    let (status, _, retried) = router.post(ACME, &format!("/v1/jobs/{id}/retry")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{retried}");
+    tokio::time::timeout(WAIT, async {
+        while settled.recv().await.unwrap().0 != id {}
+    })
+    .await
+    .unwrap();
+    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let sent: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"].to_string())
+        .collect();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[0], sent[1],
+        "the retry sends what the first attempt sent"
+    );
+    assert!(
+        sent[1].contains("zweimal abgebucht") && !sent[1].contains("DECOY"),
+        "{}",
+        sent[1]
+    );
+}

@@ -56,6 +56,8 @@ async fn a_full_sqlite_refuses_new_jobs_loses_nothing_and_recovers_when_room_ret
         contract_digest: "sha256:0000".to_owned(),
         input: json!({"n": n, "text": "x".repeat(2000)}),
         hedgeable: false,
+        kind: surety_store::JobKind::Native,
+        messages: None,
         fingerprint: None,
     };
     let start = StartAttempt {

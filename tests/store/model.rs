@@ -460,6 +460,8 @@ impl Sut {
                     contract_digest: "d".into(),
                     input: json!({ "input": input }),
                     hedgeable: ROUTES[route as usize] == "detect",
+                    kind: surety_store::JobKind::Native,
+                    messages: None,
                     fingerprint: None,
                 };
                 match self

@@ -28,6 +28,8 @@ fn new_job(owner_name: &str, key: &str, input: Value) -> NewJob {
         contract_digest: "sha256:0000".to_owned(),
         input,
         hedgeable: false,
+        kind: surety_store::JobKind::Native,
+        messages: None,
         fingerprint: None,
     }
 }
@@ -37,6 +39,8 @@ fn hedgeable_job(owner_name: &str, key: &str, input: Value) -> NewJob {
         route: "detect".to_owned(),
         contract: "language-detect".to_owned(),
         hedgeable: true,
+        kind: surety_store::JobKind::Native,
+        messages: None,
         ..new_job(owner_name, key, input)
     }
 }

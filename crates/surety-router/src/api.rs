@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde_json::Value;
 use surety_core::IdempotencyKey;
-use surety_store::{JobId, OwnerId};
+use surety_store::{JobId, JobKind, OwnerId};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
@@ -223,6 +223,8 @@ async fn create_job(
         served: served.clone(),
         input: request.input,
         fingerprint: None,
+        kind: JobKind::Native,
+        keep_messages: false,
         messages: surety_exchange::messages(&rendered),
     };
     let created = create_or_replay(&state, intake, wait.is_some()).await?;

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use surety_core::{AttemptState, Fingerprint, IdempotencyKey, JobState};
 use surety_providers::{Facade, Message, Role};
-use surety_store::{Attempt, Job, OwnerId};
+use surety_store::{Attempt, Job, JobKind, OwnerId};
 
 use crate::api::idempotency_key;
 use crate::error::{ApiError, Problem};
@@ -329,6 +329,10 @@ async fn chat(
         served: served.clone(),
         input,
         fingerprint: Some(fingerprint),
+        kind: JobKind::Chat,
+        // A pinned job's messages are its contract's rendering of its
+        // input; an output-only job's are the client's, kept with it.
+        keep_messages: route.facade == Facade::OutputOnly,
         messages,
     };
     let created = create_or_replay(state, intake, true).await?;

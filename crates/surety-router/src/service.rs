@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use surety_core::{Fingerprint, IdempotencyKey};
 use surety_providers::{Facade, Message};
-use surety_store::{Attempt, Created, Job, JobId, NewJob, OwnerId, Slot, StartAttempt};
+use surety_store::{Attempt, Created, Job, JobId, JobKind, NewJob, OwnerId, Slot, StartAttempt};
 use tracing::Instrument;
 
 use crate::config::Route;
@@ -81,6 +81,11 @@ pub(crate) struct Intake {
     /// Over the whole request (chat completions); by default over the
     /// route and the input.
     pub(crate) fingerprint: Option<Fingerprint>,
+    /// How the job is asked for, recorded with it.
+    pub(crate) kind: JobKind,
+    /// The messages are not the contract's rendering of the input (an
+    /// output-only chat route): they are kept with the job, for its retries.
+    pub(crate) keep_messages: bool,
     /// What the job's attempts send (see [`Drive::messages`]).
     pub(crate) messages: Vec<Message>,
 }
@@ -119,6 +124,11 @@ pub(crate) async fn create_and_dispatch(
         contract: contract.id.clone(),
         contract_digest: contract.digest.clone(),
         input: intake.input,
+        kind: intake.kind,
+        messages: match intake.keep_messages {
+            true => Some(serde_json::to_value(&intake.messages).map_err(ApiError::internal)?),
+            false => None,
+        },
         hedgeable: contract.hedgeable(),
         fingerprint: intake.fingerprint,
     };
@@ -233,14 +243,14 @@ pub(crate) async fn job_view(
     Ok(JobView::of(&job, &attempts))
 }
 
-/// What a stored job's attempts send: a job made by an output-only facade
-/// route holds the whole chat request, every other job the contract's input.
+/// What a stored job's attempts send: the messages kept with it (a chat
+/// job on an output-only route), else its contract's rendering of its
+/// input. Read from what the job recorded, never guessed from its input.
 pub(crate) fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, String> {
-    let chat_job = job.input.get("messages").is_some()
-        && job.input.get("model").and_then(Value::as_str) == Some(job.route.as_str());
-    match chat_job {
-        true => crate::facade::chat_messages(&job.input).map_err(|e| e.message),
-        false => served
+    match &job.messages {
+        Some(kept) => serde_json::from_value(kept.clone())
+            .map_err(|e| format!("the job's kept messages do not read back: {e}")),
+        None => served
             .contract
             .render(&job.input)
             .map(|r| surety_exchange::messages(&r))

@@ -22,8 +22,8 @@ mod store;
 
 pub use error::{Outage, StoreError};
 pub use model::{
-    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome,
-    OwnerId, Race, Slot, StartAttempt,
+    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, JobKind, NewJob,
+    Outcome, OwnerId, Race, Slot, StartAttempt,
 };
 pub use store::{Backend, SqliteSync, Store, StoreOptions};
 

@@ -37,6 +37,12 @@ pub struct NewJob {
     pub contract: String,
     pub contract_digest: String,
     pub input: Value,
+    /// How the job was asked for.
+    pub kind: JobKind,
+    /// What its attempts send when it is not the contract's rendering of
+    /// `input`: the client's own messages (a chat job on an output-only
+    /// route), as `[{"role": ..., "content": ...}]`.
+    pub messages: Option<Value>,
     /// The contract declares `side_effects = "none"`, so a hedging attempt is allowed.
     pub hedgeable: bool,
     pub fingerprint: Option<Fingerprint>,
@@ -76,6 +82,37 @@ pub struct Job {
     /// How the winning attempt's provider answered (usage, finish reason),
     /// when it said.
     pub completion: Option<Value>,
+    pub kind: JobKind,
+    /// See [`NewJob::messages`].
+    pub messages: Option<Value>,
+}
+
+/// How a job was asked for: recorded with it, never guessed from its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobKind {
+    /// `POST /v1/jobs`: the input is the contract's.
+    Native,
+    /// `POST /v1/chat/completions`: the input is the contract's, read back
+    /// from the client's messages, or (output-only) the whole request, with
+    /// its messages kept in `messages`.
+    Chat,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Native => "native",
+            JobKind::Chat => "chat",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<JobKind> {
+        match text {
+            "native" => Some(JobKind::Native),
+            "chat" => Some(JobKind::Chat),
+            _ => None,
+        }
+    }
 }
 
 /// Which slot an attempt takes: the job's one regular slot, or the single

@@ -15,8 +15,8 @@ use surety_core::{
 use crate::conn::{Conn, Param, Val};
 use crate::sql::Sql;
 use crate::{
-    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, OwnerId, Race,
-    Slot, StoreError,
+    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, JobKind, NewJob,
+    OwnerId, Race, Slot, StoreError,
 };
 
 use Param::{Int, OptText, Text};
@@ -46,8 +46,8 @@ pub(crate) async fn create<C: Conn>(
     if let (Some((provider, lease)), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt)
     {
         // One statement where the engine can: no transaction to open.
-        let input = new.input.to_string();
-        let mut params = job_params(insert, &input);
+        let (input, messages) = job_texts(new);
+        let mut params = job_params(insert, &input, messages.as_deref());
         params.extend([Text(provider), Int(*lease)]);
         if let Some(row) = c.row(statement, &params).await? {
             let (job, attempt) = row.split_at(JOB_COLUMNS);
@@ -60,8 +60,8 @@ pub(crate) async fn create<C: Conn>(
         Some(_) => JobState::Running,
         None => JobState::Queued,
     };
-    let input = new.input.to_string();
-    let mut params = job_params(insert, &input);
+    let (input, messages) = job_texts(new);
+    let mut params = job_params(insert, &input, messages.as_deref());
     params.push(Text(state.as_str()));
     let inserted = c.row(&sql.insert_job, &params).await?;
     if let Some(row) = inserted {
@@ -132,8 +132,16 @@ pub(crate) async fn find<C: Conn>(
     }))
 }
 
-/// The first parameters of `insert_job`, with the input as JSON text.
-fn job_params<'a>(insert: &'a Insert, input: &'a str) -> Vec<Param<'a>> {
+/// A new job's input and messages as JSON text.
+fn job_texts(new: &NewJob) -> (String, Option<String>) {
+    (
+        new.input.to_string(),
+        new.messages.as_ref().map(Value::to_string),
+    )
+}
+
+/// The first parameters of `insert_job`, with the input and messages as JSON text.
+fn job_params<'a>(insert: &'a Insert, input: &'a str, messages: Option<&'a str>) -> Vec<Param<'a>> {
     let new = &insert.new;
     vec![
         Text(&insert.id.0),
@@ -145,6 +153,8 @@ fn job_params<'a>(insert: &'a Insert, input: &'a str) -> Vec<Param<'a>> {
         Text(input),
         Text(insert.fingerprint.as_str()),
         Int(i64::from(new.hedgeable)),
+        Text(new.kind.as_str()),
+        OptText(messages),
     ]
 }
 
@@ -738,7 +748,7 @@ fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
 }
 
 /// How many columns `sql::JOB_COLUMNS` lists.
-const JOB_COLUMNS: usize = 16;
+const JOB_COLUMNS: usize = 18;
 
 /// A job from a row of `sql::JOB_COLUMNS`, in their order.
 fn job_from(row: &[Val]) -> Result<Job, StoreError> {
@@ -763,6 +773,12 @@ fn job_from(row: &[Val]) -> Result<Job, StoreError> {
         completion: get(15, "completion")?
             .opt_text("completion")?
             .map(|text| parse_json("completion", &text))
+            .transpose()?,
+        kind: JobKind::parse(&get(16, "kind")?.text("kind")?)
+            .ok_or_else(|| StoreError::Corrupt("a job of an unknown kind".to_owned()))?,
+        messages: get(17, "messages")?
+            .opt_text("messages")?
+            .map(|text| parse_json("messages", &text))
             .transpose()?,
     })
 }

@@ -62,7 +62,8 @@ const PRUNABLE: &str = "SELECT id FROM jobs \
      ORDER BY updated_at_ms, id LIMIT $2";
 
 const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contract_digest, input, \
-     fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms, completion";
+     fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms, completion, \
+     kind, messages";
 
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
      lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
@@ -92,8 +93,9 @@ impl Sql {
         Sql {
             insert_job: fill(
                 "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
-                     input, fingerprint, hedgeable, state, version, created_at_ms, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 0, {now}, {now}) \
+                     input, fingerprint, hedgeable, kind, messages, state, version, created_at_ms, \
+                     updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, {now}, {now}) \
                  ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
                  RETURNING {job_columns}",
             ),
@@ -103,15 +105,15 @@ impl Sql {
                 fill(
                     "WITH job AS ( \
                          INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
-                             contract_digest, input, fingerprint, hedgeable, state, version, \
-                             created_at_ms, updated_at_ms) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'running', 0, {now}, {now}) \
+                             contract_digest, input, fingerprint, hedgeable, kind, messages, state, \
+                             version, created_at_ms, updated_at_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', 0, {now}, {now}) \
                          ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
                          RETURNING {job_columns}), \
                      attempt AS ( \
                          INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
                              base_version, started_at_ms, lease_expires_at_ms) \
-                         SELECT id, 1, 0, hedgeable, $10, 'started', version, {now}, {now} + $11 \
+                         SELECT id, 1, 0, hedgeable, $12, 'started', version, {now}, {now} + $13 \
                          FROM job \
                          RETURNING {attempt_columns}) \
                      SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",
