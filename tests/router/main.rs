@@ -6,6 +6,7 @@
 
 mod binding;
 mod docs;
+mod edge;
 mod faults;
 mod harness;
 mod operator;
@@ -29,6 +30,10 @@ surety_tests::both_engines!(scenarios:
     a_certificate_that_lapses_mid_job_is_not_failed_over_to,
     a_native_job_that_looks_like_a_chat_request_is_retried_as_native,
 );
+
+mod the_edge {
+    surety_tests::both_engines!(edge: ids_that_cannot_be_ids_are_not_found);
+}
 
 mod certified_is_served {
     surety_tests::both_engines!(binding:

@@ -9,13 +9,13 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde_json::Value;
 use surety_core::IdempotencyKey;
-use surety_store::{JobId, JobKind, OwnerId};
+use surety_store::{JobKind, OwnerId};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::AppState;
 use crate::error::{ApiError, Problem};
-use crate::extract::{Caller, JsonObject, PathParams};
+use crate::extract::{Caller, JsonObject, PathParams, job_id};
 use crate::service::{Intake, create_or_replay, job_view, route_and_contract, wait_at_rest};
 use crate::views::{
     AttemptList, CreateJob, JobView, OpenAiErrorView, ProblemView, ProviderList, Readiness,
@@ -84,10 +84,11 @@ pub fn app(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(limit))
-        // A body sent a byte at a time holds a connection no longer than
-        // its headers may (`listen.rs`).
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        // A body must arrive whole within the read timeout, whatever the
+        // pace of its bytes (`listen.rs` bounds the headers the same way).
+        .layer(axum::middleware::from_fn_with_state(
             state.inner.listening.request_read_timeout,
+            body_deadline,
         ))
         .layer(axum::Extension(Arc::new(crate::document::for_routes(
             doc, &state,
@@ -107,6 +108,47 @@ pub fn app(state: AppState) -> Router {
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
         )
         .layer(SetRequestIdLayer::new(id, MakeRequestUuid))
+        .layer(axum::middleware::from_fn(bounded_request_id))
+}
+
+/// The longest `x-request-id` taken from a client.
+pub const MAX_REQUEST_ID: usize = 128;
+
+/// A client's `x-request-id` is kept only when it is short and plain
+/// (letters, digits, `-`, `_`, `.`, `:`); else it is dropped and the router
+/// makes one, so no client writes what it likes into every log line and
+/// echo.
+async fn bounded_request_id(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let plain = |v: &axum::http::HeaderValue| {
+        v.len() <= MAX_REQUEST_ID
+            && !v.is_empty()
+            && v.as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b))
+    };
+    let ids = request.headers().get_all(REQUEST_ID);
+    if ids.iter().count() > 1 || ids.iter().any(|v| !plain(v)) {
+        request.headers_mut().remove(REQUEST_ID);
+    }
+    next.run(request).await
+}
+
+/// The request's body, cut when it has not arrived whole by `limit` after
+/// the handler began to read the request (the timer is never reset by a
+/// byte arriving).
+async fn body_deadline(
+    State(limit): State<Duration>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + limit;
+    let (parts, body) = request.into_parts();
+    let body = axum::body::Body::new(crate::listen::DeadlineBody::new(body, deadline, limit));
+    next.run(axum::extract::Request::from_parts(parts, body))
+        .await
 }
 
 /// The most header bytes (names and values) a request may carry.
@@ -266,7 +308,7 @@ async fn get_job(
     PathParams(id): PathParams<String>,
 ) -> Result<Json<JobView>, ApiError> {
     Ok(Json(
-        job_view(&state, &OwnerId(key.owner), &JobId(id)).await?,
+        job_view(&state, &OwnerId(key.owner), &job_id(&id)?).await?,
     ))
 }
 
@@ -291,7 +333,7 @@ async fn get_attempts(
     let attempts = state
         .inner
         .store
-        .attempts(&OwnerId(key.owner), &JobId(id))
+        .attempts(&OwnerId(key.owner), &job_id(&id)?)
         .await?;
     Ok(Json(AttemptList::of(&attempts)))
 }
@@ -318,7 +360,7 @@ async fn retry(
     PathParams(id): PathParams<String>,
 ) -> Result<Response, ApiError> {
     let owner = OwnerId(key.owner);
-    let job_id = JobId(id);
+    let job_id = job_id(&id)?;
     crate::service::retry(&state, &owner, &job_id).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -358,7 +400,7 @@ async fn cancel(
         ));
     }
     let owner = OwnerId(key.owner.clone());
-    let job_id = JobId(id);
+    let job_id = job_id(&id)?;
     crate::service::cancel(&state, &owner, &job_id, n).await?;
     Ok(Json(job_view(&state, &owner, &job_id).await?))
 }

@@ -90,7 +90,15 @@ fn admit(state: &AppState, owner: &str) -> Result<Admitted, ApiError> {
 }
 
 /// The API key an `Authorization` header names, among the configured ones.
+/// Two `Authorization` headers are refused: which one counts would be the
+/// reader's guess.
 pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
+    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+        return Err(ApiError::new(
+            Problem::MalformedBody,
+            "this request carries more than one Authorization header; send one",
+        ));
+    }
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -199,5 +207,18 @@ impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for PathParams<T> {
                     ),
                 )
             })
+    }
+}
+
+/// A job id from a path: a UUID (as the router makes them), else no such
+/// job (404) before anything is asked of the database. What was sent is not
+/// echoed.
+pub fn job_id(raw: &str) -> Result<surety_store::JobId, ApiError> {
+    match uuid::Uuid::try_parse(raw) {
+        Ok(id) if id.hyphenated().to_string() == raw => Ok(surety_store::JobId(raw.to_owned())),
+        _ => Err(ApiError::new(
+            Problem::NotFound,
+            "no such job: a job id is a UUID, as the router gave it",
+        )),
     }
 }

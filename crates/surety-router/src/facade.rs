@@ -197,10 +197,7 @@ impl From<ApiError> for OpenAiError {
         (status = 401, description = "No or an unknown API key", body = OpenAiErrorView),
     )
 )]
-pub async fn models(State(state): State<AppState>, caller: Result<Caller, ApiError>) -> Response {
-    if let Err(e) = caller {
-        return OpenAiError::from(e).into_response();
-    }
+pub async fn models(State(state): State<AppState>, _caller: OpenAiCaller) -> Response {
     let data = state
         .inner
         .routes
@@ -248,7 +245,7 @@ pub async fn models(State(state): State<AppState>, caller: Result<Caller, ApiErr
 )]
 pub async fn chat_completions(
     State(state): State<AppState>,
-    caller: Result<Caller, ApiError>,
+    OpenAiCaller(caller): OpenAiCaller,
     headers: HeaderMap,
     body: Result<JsonObject<Value>, ApiError>,
 ) -> Response {
@@ -265,13 +262,33 @@ struct Delivery {
     include_usage: bool,
 }
 
+/// The caller, authenticated before the body is read (a request without a
+/// good key is answered at once, in OpenAI's format, and its body never
+/// read).
+#[derive(Debug)]
+pub struct OpenAiCaller(pub Caller);
+
+impl axum::extract::FromRequestParts<AppState> for OpenAiCaller {
+    type Rejection = OpenAiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<OpenAiCaller, OpenAiError> {
+        Caller::from_request_parts(parts, state)
+            .await
+            .map(OpenAiCaller)
+            .map_err(OpenAiError::from)
+    }
+}
+
 async fn chat(
     state: &AppState,
-    caller: Result<Caller, ApiError>,
+    caller: Caller,
     headers: &HeaderMap,
     body: Result<JsonObject<Value>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    let Caller(key, _admitted) = caller?;
+    let Caller(key, _admitted) = caller;
     let JsonObject(body) = body?;
     let Some(request) = body.as_object() else {
         return Err(OpenAiError::bad_request(

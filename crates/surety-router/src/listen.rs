@@ -3,8 +3,8 @@
 //! ones wait in the kernel's backlog until one closes), and a client gets
 //! `request_read_timeout` to send a request's headers — an idle keep-alive
 //! connection too — before its connection is closed (slowloris, idle
-//! floods). The body has the same time (`RequestBodyTimeoutLayer` in
-//! `api::app`). On shutdown, the loop stops accepting and hands back the
+//! floods). The whole body then has the same time, however its bytes are
+//! paced ([`DeadlineBody`], laid over every request in `api::app`). On shutdown, the loop stops accepting and hands back the
 //! handle that closes every open connection gracefully.
 
 use std::future::Future;
@@ -89,3 +89,54 @@ pub(crate) async fn accept_until(
 
 /// How long accepting pauses after it failed (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// A request body with a deadline for all of it: past `deadline` the next
+/// read fails, however recently a byte arrived.
+pub(crate) struct DeadlineBody {
+    inner: axum::body::Body,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl DeadlineBody {
+    pub(crate) fn new(
+        inner: axum::body::Body,
+        deadline: tokio::time::Instant,
+        limit: Duration,
+    ) -> DeadlineBody {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            limit,
+        }
+    }
+}
+
+/// The body did not arrive within its time.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive whole within {0:?}")]
+pub(crate) struct BodyTooSlow(Duration);
+
+impl http_body::Body for DeadlineBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Some(Err(axum::Error::new(BodyTooSlow(this.limit)))));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -26,6 +26,7 @@ use surety_store::{JobId, OwnerId};
 use crate::AppState;
 use crate::config::ApiKey;
 use crate::error::ApiError;
+use crate::extract::job_id;
 
 const COOKIE: &str = "surety_operator";
 /// The longest a job's page waits for the job to come to rest.
@@ -326,10 +327,13 @@ async fn job_page(
     Path(id): Path<String>,
     Query(query): Query<JobQuery>,
 ) -> Response {
+    let id = match job_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
     let Some(op) = operator(&state, &headers) else {
         return to_sign_in();
     };
-    let id = JobId(id);
     let owner = match op.owner_of(&state, &id).await {
         Ok(owner) => owner,
         Err(e) => return e.into_response(),
@@ -496,6 +500,10 @@ async fn confirm_cancel(
     headers: HeaderMap,
     Path((id, n)): Path<(String, i64)>,
 ) -> Response {
+    // The form's action is built from the parsed id, never the raw path.
+    if let Err(e) = job_id(&id) {
+        return e.into_response();
+    }
     match operator(&state, &headers) {
         Some(op) => confirmation(&op, &id, &cancel_question(&id, n), None),
         None => to_sign_in(),
@@ -507,6 +515,9 @@ async fn confirm_retry(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
+    if let Err(e) = job_id(&id) {
+        return e.into_response();
+    }
     match operator(&state, &headers) {
         Some(op) => confirmation(&op, &id, &retry_question(&id), None),
         None => to_sign_in(),
@@ -567,7 +578,10 @@ async fn cancel(
         Ok(op) => op,
         Err(refused) => return refused.into_response(),
     };
-    let job_id = JobId(id.clone());
+    let job_id = match job_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
     let done = async {
         let owner = op.owner_of(&state, &job_id).await?;
         crate::service::cancel(&state, &owner, &job_id, n).await
@@ -586,7 +600,10 @@ async fn retry(
         Ok(op) => op,
         Err(refused) => return refused.into_response(),
     };
-    let job_id = JobId(id.clone());
+    let job_id = match job_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
     let done = async {
         let owner = op.owner_of(&state, &job_id).await?;
         crate::service::retry(&state, &owner, &job_id).await
