@@ -5,13 +5,11 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use surety_fake_provider::{Behavior, FakeProvider, Script};
 use surety_tests::{Engine, TestDb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect};
 
-const ENGLISH: &str = r#"{"language": "english"}"#;
 /// Far past any timeout the tests set; only a broken edge waits this long.
 const BOUND: Duration = Duration::from_secs(15);
 
@@ -62,10 +60,7 @@ fn chat_head(key: Option<&str>, length: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slowly_dripped_body_is_cut_at_the_timeout_and_a_keyless_one_is_never_read() {
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
-        .await
-        .unwrap();
-    let router = Router::one_route(&db, &fake, "request_read_timeout_ms = 800\n").await;
+    let (fake, router) = Router::answering_english(&db, "request_read_timeout_ms = 800\n").await;
     let sign_in = "POST /ui/sign-in HTTP/1.1\r\nHost: surety\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 60000\r\n\r\n";
     for (what, head) in [
         ("a keyed completion", chat_head(Some(ACME), 60_000)),
@@ -134,12 +129,8 @@ async fn a_slowly_dripped_body_is_cut_at_the_timeout_and_a_keyless_one_is_never_
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keyless_drips_cannot_hold_the_connections() {
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
-        .await
-        .unwrap();
-    let router = Router::one_route(
+    let (_fake, router) = Router::answering_english(
         &db,
-        &fake,
         "max_connections = 22\nrequest_read_timeout_ms = 10000\n",
     )
     .await;
@@ -175,10 +166,7 @@ async fn keyless_drips_cannot_hold_the_connections() {
 /// anything is asked of the database, on every job path and the job's
 /// page; a confirmation path crafted to act on another path is a 404.
 pub async fn ids_that_cannot_be_ids_are_not_found(db: &TestDb) {
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
-        .await
-        .unwrap();
-    let router = Router::one_route(db, &fake, "").await;
+    let (_fake, router) = Router::answering_english(db, "").await;
     for path in [
         "/v1/jobs/a%00b",
         "/v1/jobs/a%00b/attempts",
@@ -214,10 +202,7 @@ pub async fn ids_that_cannot_be_ids_are_not_found(db: &TestDb) {
 #[tokio::test]
 async fn two_keys_are_refused_and_a_huge_request_id_is_not_echoed() {
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
-        .await
-        .unwrap();
-    let router = Router::one_route(&db, &fake, "").await;
+    let (_fake, router) = Router::answering_english(&db, "").await;
     let response = router
         .client
         .get(format!("{}/v1/providers", router.base))

@@ -161,10 +161,7 @@ async fn a_postgres_outage_gets_503_holds_the_answers_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_sqlite_gets_507_and_serves_again_when_room_returns() {
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
-        .await
-        .unwrap();
-    let router = Router::one_route(&db, &fake, "sqlite_max_bytes = 1048576\n").await;
+    let (_fake, router) = Router::answering_english(&db, "sqlite_max_bytes = 1048576\n").await;
     let big = "x".repeat(60_000);
     let mut acknowledged = Vec::new();
     let (status, headers, problem) = loop {
@@ -269,15 +266,9 @@ async fn closed_by_server(stream: &mut tokio::net::TcpStream) -> bool {
 async fn idle_and_slow_clients_are_closed_and_others_are_served() {
     use tokio::io::AsyncWriteExt;
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
-        .await
-        .unwrap();
-    let router = Router::one_route(
-        &db,
-        &fake,
-        "max_connections = 50\nrequest_read_timeout_ms = 300\n",
-    )
-    .await;
+    let (_fake, router) =
+        Router::answering_english(&db, "max_connections = 50\nrequest_read_timeout_ms = 300\n")
+            .await;
     let addr = router.base.trim_start_matches("http://").to_owned();
     let mut hostile = Vec::new();
     for _ in 0..150 {

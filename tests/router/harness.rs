@@ -172,6 +172,18 @@ impl Router {
         .await
     }
 
+    /// A provider that answers every request `{"language": "english"}`,
+    /// and a router with one route to it, with `server` settings.
+    pub async fn answering_english(db: &TestDb, server: &str) -> (FakeProvider, Router) {
+        let fake = FakeProvider::start(Script::always(Behavior::Reply(
+            json!({"language": "english"}).to_string(),
+        )))
+        .await
+        .unwrap();
+        let router = Router::one_route(db, &fake, server).await;
+        (fake, router)
+    }
+
     pub fn manifest_path(&self) -> PathBuf {
         self.dir.path().join("manifest.json")
     }
@@ -248,6 +260,20 @@ impl Router {
             headers,
             response.json().await.unwrap_or(Value::Null),
         )
+    }
+
+    /// Retries the job `id` (`POST /v1/jobs/{id}/retry`, which must be
+    /// accepted), waits until it settles again, and returns it.
+    pub async fn retry_until_settled(&self, api_key: &str, id: &str) -> Value {
+        let mut settled = self.state.inner.settled.subscribe();
+        let (status, _, retried) = self.post(api_key, &format!("/v1/jobs/{id}/retry")).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{retried}");
+        tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            while settled.recv().await.unwrap().0 != id {}
+        })
+        .await
+        .unwrap();
+        self.get(api_key, &format!("/v1/jobs/{id}")).await.1
     }
 
     pub async fn metric(&self, name: &str) -> f64 {

@@ -182,15 +182,7 @@ pub async fn timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel(db: &T
     );
 
     slow.set_script(language_script());
-    let mut settled = router.state.inner.settled.subscribe();
-    let (status, _, retried) = router.post(ACME, &format!("/v1/jobs/{id}/retry")).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{retried}");
-    tokio::time::timeout(WAIT, async {
-        while settled.recv().await.unwrap().0 != id {}
-    })
-    .await
-    .unwrap();
-    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    let job = router.retry_until_settled(ACME, &id).await;
     assert_eq!(job["state"], "succeeded", "{job}");
     assert_eq!(job["result"], json!({"language": "english"}));
     assert_eq!(job["attempts"].as_array().unwrap().len(), 2);
@@ -1062,15 +1054,7 @@ pub async fn a_native_job_that_looks_like_a_chat_request_is_retried_as_native(db
     assert_eq!(status, StatusCode::CREATED, "{job}");
     assert_eq!(job["state"], "failed", "{job}");
     let id = job["id"].as_str().unwrap().to_owned();
-    let mut settled = router.state.inner.settled.subscribe();
-    let (status, _, retried) = router.post(ACME, &format!("/v1/jobs/{id}/retry")).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{retried}");
-    tokio::time::timeout(WAIT, async {
-        while settled.recv().await.unwrap().0 != id {}
-    })
-    .await
-    .unwrap();
-    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    let job = router.retry_until_settled(ACME, &id).await;
     assert_eq!(job["state"], "succeeded", "{job}");
     let sent: Vec<String> = fake
         .requests()

@@ -79,21 +79,12 @@ fn sdk_python() -> Option<String> {
     }
 }
 
-pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
-    let Some(python) = sdk_python() else { return };
-    let fake = FakeProvider::start(language_script()).await.unwrap();
-    let router = Router::one_route(db, &fake, "").await;
-    let language = contract("language-detect");
-    let render = |text: &str| language.render(&json!({"text": text})).unwrap();
-    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
-    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
+/// Runs a client `script` under the SDK's Python with `env`; what it
+/// printed, as JSON. A script that fails fails the test with its stderr.
+async fn run_client(python: &str, script: &str, env: &[(&str, &str)]) -> Value {
     let output = tokio::process::Command::new(python)
-        .args(["-c", CLIENT])
-        .env("BASE_URL", &router.base)
-        .env("API_KEY", ACME)
-        .env("SYSTEM_PROMPT", &french.system)
-        .env("USER_FRENCH", &french.user)
-        .env("USER_GERMAN", &german.user)
+        .args(["-c", script])
+        .envs(env.iter().copied())
         .output()
         .await
         .unwrap();
@@ -102,7 +93,29 @@ pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    let language = contract("language-detect");
+    let render = |text: &str| language.render(&json!({"text": text})).unwrap();
+    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
+    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
+    let seen = run_client(
+        &python,
+        CLIENT,
+        &[
+            ("BASE_URL", &router.base),
+            ("API_KEY", ACME),
+            ("SYSTEM_PROMPT", &french.system),
+            ("USER_FRENCH", &french.user),
+            ("USER_GERMAN", &german.user),
+        ],
+    )
+    .await;
     // A plain call, and its replay.
     assert_eq!(
         seen["first_id"], seen["second_id"],
@@ -298,21 +311,17 @@ pub async fn the_sdks_idempotency_hook_makes_its_own_retries_one_job(db: &TestDb
     let french = language
         .render(&json!({"text": "Bonjour, je n'arrive pas à télécharger ma facture en PDF."}))
         .unwrap();
-    let output = tokio::process::Command::new(python)
-        .args(["-c", HOOKED])
-        .env("BASE_URL", &proxy.url)
-        .env("API_KEY", ACME)
-        .env("SYSTEM_PROMPT", &french.system)
-        .env("USER_FRENCH", &french.user)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let seen = run_client(
+        &python,
+        HOOKED,
+        &[
+            ("BASE_URL", &proxy.url),
+            ("API_KEY", ACME),
+            ("SYSTEM_PROMPT", &french.system),
+            ("USER_FRENCH", &french.user),
+        ],
+    )
+    .await;
     let keys = proxy.keys.lock().unwrap().clone();
     assert_eq!(keys.len(), 4, "two calls, one call sent twice: {keys:?}");
     assert!(

@@ -78,6 +78,17 @@ impl Workspace {
         self.verify_args(&["--config", &config])
     }
 
+    /// `certify fake` against `url` (`--override-base-url`).
+    async fn certify_at(&self, url: &str) -> Output {
+        self.run(&[
+            "certify",
+            "fake",
+            "--override-base-url",
+            &format!("fake={url}"),
+        ])
+        .await
+    }
+
     async fn run(&self, args: &[&str]) -> Output {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_surety-certify"));
         command.args(args);
@@ -250,14 +261,7 @@ async fn verify_with_the_config_catches_a_changed_provider() {
     // Certified against the fake while the configuration names another URL.
     let elsewhere = Workspace::new("http://127.0.0.1:9/v1", "");
     std::fs::rename(ws.path("golden"), elsewhere.path("golden")).unwrap();
-    let out = elsewhere
-        .run(&[
-            "certify",
-            "fake",
-            "--override-base-url",
-            &format!("fake={url}"),
-        ])
-        .await;
+    let out = elsewhere.certify_at(&url).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let entry: Value =
         serde_json::from_str(&std::fs::read_to_string(elsewhere.path("manifest.json")).unwrap())
@@ -326,14 +330,7 @@ async fn an_unreachable_provider_exits_2_and_leaves_the_manifest_unchanged() {
     };
     let dying = dies_on_every_completion().await;
     for url in [refusing, dying] {
-        let out = ws
-            .run(&[
-                "certify",
-                "fake",
-                "--override-base-url",
-                &format!("fake={url}"),
-            ])
-            .await;
+        let out = ws.certify_at(&url).await;
         assert_eq!(out.status.code(), Some(2), "{url}: {}", text(&out));
         assert!(text(&out).contains("UNREACHABLE"), "{url}: {}", text(&out));
         assert!(
