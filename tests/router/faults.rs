@@ -100,6 +100,18 @@ async fn a_postgres_outage_gets_503_holds_the_answers_and_recovers() {
         let (status, ready) = router.get(ACME, "/readyz").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{ready}");
         assert_eq!(ready["database"], "down", "{ready}");
+        // Why, in words: no driver text, address or user.
+        let why = ready["database_error"].as_str().unwrap_or_default();
+        assert!(
+            [
+                "it cannot be reached",
+                "it is full",
+                "it refused the round trip"
+            ]
+            .contains(&why)
+                || why.starts_with("no answer within"),
+            "{ready}"
+        );
     }
     // The provider answers while the database is away: each replica holds its answer.
     fake.open_gate();

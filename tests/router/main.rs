@@ -49,7 +49,8 @@ mod certified_is_served {
 
 mod operator_pages {
     surety_tests::both_engines!(operator:
-        only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie,
+        only_admins_sign_in_and_a_session_not_the_key_is_in_a_strict_http_only_cookie,
+        sessions_expire_and_tokens_belong_to_their_session,
         the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text,
         an_unknown_job_is_cancelled_with_confirmation_then_retried_to_success,
         the_certification_matrix_says_why_a_provider_is_not_eligible,

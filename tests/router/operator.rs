@@ -4,6 +4,7 @@
 
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
+use sha2::Digest;
 use surety_fake_provider::{Behavior, FakeProvider, Script, When};
 use surety_tests::TestDb;
 
@@ -18,10 +19,26 @@ fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// Signs in with `key` as a browser does: the sign-in page first, whose
+/// form token and cookie go back with the key.
 async fn sign_in(router: &Router, key: &str) -> (StatusCode, HeaderMap, String) {
+    let form = client()
+        .get(format!("{}/ui/sign-in", router.base))
+        .send()
+        .await
+        .unwrap();
+    let cookie = form.headers()[SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let token = token_in(&form.text().await.unwrap());
     let response = client()
         .post(format!("{}/ui/sign-in", router.base))
-        .form(&[("key", key)])
+        .header("cookie", cookie)
+        .form(&[("key", key), ("csrf", &token)])
         .send()
         .await
         .unwrap();
@@ -37,8 +54,21 @@ async fn admin_session(router: &Router) -> String {
 /// The session cookie of `key`, signed in.
 async fn session_of(router: &Router, key: &str) -> String {
     let (_, headers, _) = sign_in(router, key).await;
-    let cookie = headers[SET_COOKIE].to_str().unwrap();
-    cookie.split(';').next().unwrap().to_owned()
+    session_cookie(&headers)
+}
+
+/// The session cookie a sign-in set, as the browser sends it back.
+fn session_cookie(headers: &HeaderMap) -> String {
+    headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .find(|c| c.starts_with("surety_operator="))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 /// The CSRF token of the first form of a page that carries one in `main`,
@@ -62,7 +92,9 @@ async fn page(router: &Router, cookie: &str, path: &str) -> (StatusCode, String)
     (response.status(), response.text().await.unwrap())
 }
 
-pub async fn only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie(db: &TestDb) {
+pub async fn only_admins_sign_in_and_a_session_not_the_key_is_in_a_strict_http_only_cookie(
+    db: &TestDb,
+) {
     let fake = FakeProvider::start(Script::always(Behavior::Hang))
         .await
         .unwrap();
@@ -82,15 +114,42 @@ pub async fn only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie(
     let (status, headers, _) = sign_in(&router, ACME_ADMIN).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(headers[LOCATION], "/ui");
-    let cookie = headers[SET_COOKIE].to_str().unwrap();
-    for flag in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+    let cookie = headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .find(|c| c.starts_with("surety_operator="))
+        .unwrap();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/ui", "Max-Age=28800"] {
         assert!(cookie.contains(flag), "{cookie}");
     }
-    assert!(
-        !cookie.contains(ACME_ADMIN),
-        "the key is not in the cookie as typed: {cookie}"
+    let session = session_cookie(&headers);
+    // The cookie is a session, not the key: nothing in it decodes to the
+    // key or its hash.
+    let value = session.trim_start_matches("surety_operator=");
+    let decoded = String::from_utf8_lossy(&hex::decode(value).unwrap()).into_owned();
+    let key_hash = hex::encode(sha2::Sha256::digest(ACME_ADMIN.as_bytes()));
+    for form in [value, decoded.as_str()] {
+        assert!(
+            !form.contains(ACME_ADMIN) && !form.contains(&key_hash),
+            "{session}"
+        );
+    }
+    let bearer = router
+        .client
+        .get(format!(
+            "{}/v1/jobs/00000000-0000-7000-8000-000000000000",
+            router.base
+        ))
+        .bearer_auth(value)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        bearer.status(),
+        StatusCode::UNAUTHORIZED,
+        "the cookie is no API key"
     );
-    let session = cookie.split(';').next().unwrap().to_owned();
     let (status, body) = page(&router, &session, "/ui").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body.contains("Needs attention"), "{body}");
@@ -113,6 +172,89 @@ pub async fn only_admins_sign_in_and_the_key_stays_in_a_strict_http_only_cookie(
             .unwrap()
             .contains("Max-Age=0")
     );
+    // A copy of the cookie opens nothing once signed out.
+    let (status, _) = page(&router, &session, "/ui").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "the session ended at sign-out"
+    );
+}
+
+/// A session expires; another session's CSRF token is refused like a
+/// forged one; a sign-in that did not come from the sign-in page (no form
+/// token, or another's) is refused; every page says how to be handled.
+pub async fn sessions_expire_and_tokens_belong_to_their_session(db: &TestDb) {
+    let fake = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let router = Router::one_route(db, &fake, "operator_session_ms = 300\n").await;
+    let first = admin_session(&router).await;
+    let (status, body) = page(&router, &first, "/ui").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Waiting for the clock itself: the session's 300 ms pass.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let (status, _) = page(&router, &first, "/ui").await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "an expired session opens nothing"
+    );
+
+    let router = Router::one_route(db, &fake, "").await;
+    let (a, b) = (admin_session(&router).await, admin_session(&router).await);
+    let (_, page_b) = page(&router, &b, "/ui").await;
+    let token_b = token_in(&page_b);
+    let (_, page_a) = page(&router, &a, "/ui").await;
+    assert_ne!(token_in(&page_a), token_b, "a token per session");
+    let sign_out = |cookie: String, csrf: String| {
+        client()
+            .post(format!("{}/ui/sign-out", router.base))
+            .header("cookie", cookie)
+            .form(&[("csrf", csrf)])
+            .send()
+    };
+    let refused = sign_out(a.clone(), token_b).await.unwrap();
+    assert_eq!(
+        refused.status(),
+        StatusCode::FORBIDDEN,
+        "B's token in A's session"
+    );
+    let (status, _) = page(&router, &a, "/ui").await;
+    assert_eq!(status, StatusCode::OK, "and A's session goes on");
+
+    // A sign-in form from elsewhere: no form token, or one without its cookie.
+    for (cookie, csrf) in [("", ""), ("", "made-up"), ("surety_sign_in=one", "two")] {
+        let response = client()
+            .post(format!("{}/ui/sign-in", router.base))
+            .header("cookie", cookie)
+            .form(&[("key", ACME_ADMIN), ("csrf", csrf)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{cookie} {csrf}");
+        assert!(
+            response
+                .headers()
+                .get_all(SET_COOKIE)
+                .iter()
+                .all(|c| !c.to_str().unwrap().starts_with("surety_operator=")),
+            "no session"
+        );
+    }
+    let form = client()
+        .get(format!("{}/ui/sign-in", router.base))
+        .send()
+        .await
+        .unwrap();
+    for (name, value) in [
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+        ("x-frame-options", "DENY"),
+    ] {
+        assert_eq!(form.headers()[name], value, "{name}");
+    }
+    assert!(form.text().await.unwrap().contains("name=\"csrf\""));
 }
 
 pub async fn the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text(db: &TestDb) {

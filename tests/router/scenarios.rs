@@ -343,6 +343,21 @@ pub async fn a_broken_manifest_is_refused_and_routing_continues(db: &TestDb) {
             .contains("does not parse"),
         "{ready}"
     );
+    // A file that is gone is refused too, in words, without its path.
+    std::fs::remove_file(router.manifest_path()).unwrap();
+    router.state.inner.manifest.reload();
+    let (_, ready) = router.get(ACME, "/readyz").await;
+    let refused = ready["last_reload_refused"].as_str().unwrap();
+    assert!(
+        refused.contains("cannot be read (entity not found)"),
+        "{ready}"
+    );
+    assert!(
+        !ready
+            .to_string()
+            .contains(&*router.dir.path().to_string_lossy()),
+        "/readyz names no path: {ready}"
+    );
     let (status, _, job) = router
         .create(
             ACME,

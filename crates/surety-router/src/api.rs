@@ -442,7 +442,19 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let database =
         match tokio::time::timeout(state.inner.database_timeout, state.inner.store.ping()).await {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
+            // In words, without the driver's text (addresses, users): the
+            // details are for the log, not for whoever asks /readyz.
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "/readyz: the database did not answer its ping");
+                Some(
+                    match e.outage() {
+                        Some(surety_store::Outage::Full) => "it is full",
+                        Some(surety_store::Outage::Unavailable) => "it cannot be reached",
+                        None => "it refused the round trip",
+                    }
+                    .to_owned(),
+                )
+            }
             Err(_) => Some(format!(
                 "no answer within {} ms",
                 state.inner.database_timeout.as_millis()

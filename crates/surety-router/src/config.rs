@@ -44,6 +44,10 @@ struct RawServer {
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
     max_body_bytes: Option<usize>,
+    /// How long an operator's session lasts after sign-in.
+    operator_session_ms: Option<u64>,
+    /// Mark the operator's cookies `Secure` (behind TLS).
+    secure_cookies: Option<bool>,
 }
 
 /// `[server]` and `[[api_keys]]` as written.
@@ -148,6 +152,10 @@ pub struct RouterConfig {
     /// Connections open at once, and how long a client may take to send a
     /// request's headers (or its body).
     pub listening: crate::Listening,
+    /// How long an operator's session lasts after sign-in (default 8 h).
+    pub operator_session: Duration,
+    /// The operator's cookies are sent only over TLS.
+    pub secure_cookies: bool,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -321,6 +329,12 @@ impl RouterConfig {
                 raw.server.retention_ms,
                 24 * 60 * 60 * 1000,
             )?,
+            operator_session: ms(
+                "server.operator_session_ms",
+                raw.server.operator_session_ms,
+                8 * 60 * 60 * 1000,
+            )?,
+            secure_cookies: raw.server.secure_cookies.unwrap_or(false),
             listening: crate::Listening {
                 max_connections: match raw.server.max_connections {
                     None => DEFAULT_MAX_CONNECTIONS,

@@ -112,13 +112,24 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, Api
                 "send `Authorization: Bearer <API key>`",
             )
         })?;
-    let hash = hex::encode(Sha256::digest(token.as_bytes()));
-    state
-        .inner
-        .api_keys
-        .get(&hash)
-        .cloned()
+    api_key(state, token)
+        .map(|(_, key)| key)
         .ok_or_else(|| ApiError::new(Problem::Unauthorized, "unknown API key"))
+}
+
+/// The configured API key `token` is, with its sha256 (hex): the one
+/// lookup of keys, for the API and the operator's sign-in alike. Every
+/// configured digest is compared, in constant time, whichever matches.
+pub fn api_key(state: &AppState, token: &str) -> Option<(String, ApiKey)> {
+    use subtle::ConstantTimeEq;
+    let hash = hex::encode(Sha256::digest(token.as_bytes()));
+    let mut found = None;
+    for (stored, key) in &state.inner.api_keys {
+        if bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
+            found = Some((stored.clone(), key.clone()));
+        }
+    }
+    found
 }
 
 /// A request body that is a JSON object, sent as `application/json`, read

@@ -16,6 +16,7 @@ pub mod listen;
 pub mod manifest;
 pub mod metrics;
 pub mod service;
+pub mod session;
 pub mod settled;
 mod ui;
 pub mod views;
@@ -83,6 +84,9 @@ pub struct Inner {
     pub listening: Listening,
     /// Wakes the requests waiting on a job when it settles here.
     pub settled: Arc<Settled>,
+    /// The operator's signed-in sessions.
+    pub sessions: session::Sessions,
+    pub secure_cookies: bool,
 }
 
 impl Inner {
@@ -302,6 +306,8 @@ impl AppState {
                 database_timeout: config.database_timeout,
                 listening: config.listening,
                 settled: Arc::default(),
+                sessions: session::Sessions::new(config.operator_session),
+                secure_cookies: config.secure_cookies,
             }),
         })
     }

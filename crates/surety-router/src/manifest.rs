@@ -60,8 +60,13 @@ impl ManifestHolder {
 
     /// Reads the file again; keeps the last good manifest if it is refused.
     pub fn reload(&self) {
+        // What is refused is said without the file's path (it is shown on
+        // /readyz); the log has the path.
         let outcome = std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("{}: {e}", self.path.display()))
+            .map_err(|e| {
+                tracing::warn!(path = %self.path.display(), error = %e, "the manifest cannot be read");
+                format!("the manifest file cannot be read ({})", e.kind())
+            })
             .and_then(|text| Manifest::parse(&text).map_err(|e| e.to_string()))
             .and_then(|manifest| match &self.key {
                 Some(key) => manifest

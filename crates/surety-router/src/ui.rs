@@ -19,16 +19,16 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use surety_core::{AttemptState, JobState};
 use surety_store::{JobId, OwnerId};
 
 use crate::AppState;
-use crate::config::ApiKey;
 use crate::error::ApiError;
 use crate::extract::job_id;
 
 const COOKIE: &str = "surety_operator";
+/// The sign-in form's token, for the sign-in path alone.
+const SIGN_IN_COOKIE: &str = "surety_sign_in";
 /// The longest a job's page waits for the job to come to rest.
 const MAX_WAIT_S: u64 = 30;
 /// Jobs listed per section of the attention queue.
@@ -46,7 +46,12 @@ pub(crate) fn routes() -> Router<AppState> {
             get(confirm_cancel).post(cancel),
         )
         .route("/ui/jobs/{id}/retry", get(confirm_retry).post(retry))
+        // The pages' forms are a key or a token: a few bytes, never more.
+        .layer(axum::extract::DefaultBodyLimit::max(FORM_LIMIT))
 }
+
+/// The most bytes a page's form may send.
+const FORM_LIMIT: usize = 8 * 1024;
 
 fn templates() -> &'static minijinja::Environment<'static> {
     static ENV: OnceLock<minijinja::Environment<'static>> = OnceLock::new();
@@ -86,6 +91,15 @@ fn page(status: StatusCode, name: &str, context: Value) -> Response {
                 ),
             );
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            headers.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            headers.insert(
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            );
+            headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
             response
         }
         Err(e) => {
@@ -101,6 +115,11 @@ fn page(status: StatusCode, name: &str, context: Value) -> Response {
 
 /// A signed-in admin.
 struct Operator {
+    /// The session's token, as its cookie carries it.
+    session: String,
+    /// The token every form that changes something must carry: the
+    /// session's own.
+    csrf_of: crate::session::Session,
     owner: OwnerId,
     /// Whose jobs the pages show: the key's owner's, or (`None`) every
     /// owner's, for a key marked `all_owners`.
@@ -128,64 +147,123 @@ impl Operator {
     }
 }
 
-/// The admin key a request's cookie holds, if it holds one.
-fn operator(state: &AppState, headers: &HeaderMap) -> Option<Operator> {
-    let key = headers
+/// The value of the cookie `name` a request carries, if it carries one.
+fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(&format!("{COOKIE}=")))
-        .and_then(|v| hex::decode(v).ok())
-        .and_then(|v| String::from_utf8(v).ok())?;
-    let found = admin(state, &key)?;
+        .find_map(|c| c.trim().strip_prefix(name)?.strip_prefix('='))
+}
+
+/// The signed-in admin whose session the request's cookie names: an open,
+/// unexpired session of a key that is still an admin's.
+fn operator(state: &AppState, headers: &HeaderMap) -> Option<Operator> {
+    let token = cookie(headers, COOKIE)?;
+    let session = state.inner.sessions.get(token)?;
+    let found = state
+        .inner
+        .api_keys
+        .get(&session.key_hash)
+        .filter(|k| k.admin)?;
     let owner = OwnerId(found.owner.clone());
     Some(Operator {
+        session: token.to_owned(),
         scope: (!found.all_owners).then(|| owner.clone()),
         owner,
-        csrf: hex::encode(Sha256::digest(format!("surety-operator-csrf\0{key}"))),
+        csrf: session.csrf.clone(),
+        csrf_of: session,
     })
 }
 
-/// The API key `key` names, if it is an admin's.
-fn admin<'a>(state: &'a AppState, key: &str) -> Option<&'a ApiKey> {
-    let hash = hex::encode(Sha256::digest(key.as_bytes()));
-    state.inner.api_keys.get(&hash).filter(|k| k.admin)
+/// `Set-Cookie` for `name=value` under `path`, for `max_age` (0: forget it).
+fn set_cookie(
+    state: &AppState,
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age: u64,
+) -> Option<HeaderValue> {
+    let secure = if state.inner.secure_cookies {
+        "; Secure"
+    } else {
+        ""
+    };
+    HeaderValue::from_str(&format!(
+        "{name}={value}; Path={path}; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
+    ))
+    .ok()
 }
 
 fn to_sign_in() -> Response {
     Redirect::to("/ui/sign-in").into_response()
 }
 
-async fn sign_in_page() -> Response {
-    page(StatusCode::OK, "sign_in.html", json!({}))
+/// The sign-in page, with a form token also set in a cookie for the
+/// sign-in path: a sign-in is taken only from this page's form (no other
+/// site can sign a browser in under a key of its choosing).
+async fn sign_in_page(State(state): State<AppState>) -> Response {
+    sign_in_form(&state, StatusCode::OK, None)
+}
+
+fn sign_in_form(state: &AppState, status: StatusCode, error: Option<&str>) -> Response {
+    let token = crate::session::random_token();
+    let mut response = page(
+        status,
+        "sign_in.html",
+        json!({"error": error, "csrf": token}),
+    );
+    if let Some(value) = set_cookie(state, SIGN_IN_COOKIE, &token, "/ui/sign-in", 600) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
 }
 
 #[derive(Deserialize)]
 struct SignIn {
     key: String,
+    #[serde(default)]
+    csrf: String,
 }
 
-async fn sign_in(State(state): State<AppState>, Form(form): Form<SignIn>) -> Response {
-    let hash = hex::encode(Sha256::digest(form.key.as_bytes()));
-    let refused = match state.inner.api_keys.get(&hash) {
-        None => Some((StatusCode::UNAUTHORIZED, "That key is not known here.")),
-        Some(k) if !k.admin => Some((
+async fn sign_in(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<SignIn>,
+) -> Response {
+    use subtle::ConstantTimeEq;
+    let expected = cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
+    if expected.is_empty() || !bool::from(expected.as_bytes().ct_eq(form.csrf.as_bytes())) {
+        return sign_in_form(
+            &state,
+            StatusCode::FORBIDDEN,
+            Some("This sign-in form was not this page's, or it is stale: sign in again here."),
+        );
+    }
+    let refused = match crate::extract::api_key(&state, &form.key) {
+        None => Err((StatusCode::UNAUTHORIZED, "That key is not known here.")),
+        Some((_, k)) if !k.admin => Err((
             StatusCode::FORBIDDEN,
             "That key is not an admin key: only admins sign in here.",
         )),
-        Some(_) => None,
+        Some((hash, _)) => Ok(hash),
     };
-    if let Some((status, error)) = refused {
-        return page(status, "sign_in.html", json!({"error": error}));
-    }
-    let cookie = format!(
-        "{COOKIE}={}; Path=/ui; HttpOnly; SameSite=Strict",
-        hex::encode(form.key.as_bytes())
-    );
+    let hash = match refused {
+        Ok(hash) => hash,
+        Err((status, error)) => return sign_in_form(&state, status, Some(error)),
+    };
+    let token = state.inner.sessions.start(&hash);
     let mut response = Redirect::to("/ui").into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
+    let ttl = state.inner.sessions.ttl().as_secs().max(1);
+    for value in [
+        set_cookie(&state, COOKIE, &token, "/ui", ttl),
+        set_cookie(&state, SIGN_IN_COOKIE, "", "/ui/sign-in", 0),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        response.headers_mut().append(header::SET_COOKIE, value);
     }
     response
 }
@@ -202,16 +280,16 @@ async fn sign_out(
     headers: HeaderMap,
     Form(form): Form<Token>,
 ) -> Response {
-    if let Err(refused) = acting(&state, &headers, &form) {
-        return refused.into_response();
-    }
+    let op = match acting(&state, &headers, &form) {
+        Ok(op) => op,
+        Err(refused) => return refused.into_response(),
+    };
+    // The session ends here: a copy of its cookie opens nothing after.
+    state.inner.sessions.end(&op.session);
     let mut response = to_sign_in();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "surety_operator=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
-    );
+    if let Some(value) = set_cookie(&state, COOKIE, "", "/ui", 0) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
     response
 }
 
@@ -562,7 +640,7 @@ fn answered(
 /// The operator of a form that changes something, if its token matches.
 fn acting(state: &AppState, headers: &HeaderMap, form: &Token) -> Result<Operator, Refused> {
     let op = operator(state, headers).ok_or(Refused::NotSignedIn)?;
-    match form.csrf == op.csrf {
+    match op.csrf_of.csrf_matches(&form.csrf) {
         true => Ok(op),
         false => Err(Refused::Forged),
     }
