@@ -243,3 +243,78 @@ async fn two_keys_are_refused_and_a_huge_request_id_is_not_echoed() {
         .unwrap();
     assert_eq!(response.headers()["x-request-id"], "trace-abc.123");
 }
+
+/// One owner's waits (`Prefer: wait`) on a provider that never answers,
+/// as many as the router takes connections, at the default limits: past
+/// its in-flight limit (a quarter of the connections) it is told 429 and
+/// its connections are given back, so another owner is served and
+/// `/healthz` answers while its waits go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_owners_waits_cannot_hold_every_connection() {
+    let db = TestDb::new(Engine::Sqlite).await.unwrap();
+    let fake = surety_fake_provider::FakeProvider::start(surety_fake_provider::Script::always(
+        surety_fake_provider::Behavior::Hang,
+    ))
+    .await
+    .unwrap();
+    let router = Router::one_route(
+        &db,
+        &fake,
+        "max_connections = 16\nattempt_timeout_ms = 30000\nrequest_read_timeout_ms = 30000\n",
+    )
+    .await;
+    let mut waits = Vec::new();
+    for i in 0..16 {
+        let body = detect(&format!("Hello there, number {i}"));
+        let key = format!("wait-{i}");
+        let base = router.base.clone();
+        waits.push(tokio::spawn(async move {
+            // A client of its own per wait: one connection each.
+            reqwest::Client::new()
+                .post(format!("{base}/v1/jobs"))
+                .bearer_auth(ACME)
+                .header("Idempotency-Key", key)
+                .header("Prefer", "wait=25")
+                .json(&body)
+                .send()
+                .await
+                .map(|r| r.status())
+        }));
+    }
+    // Every one of them is in: admitted (its provider called) or turned away.
+    let handled = tokio::time::timeout(BOUND, async {
+        loop {
+            let limited = router.metric("surety_rate_limited_total").await as u64;
+            if fake.calls() + limited >= 16 {
+                return (fake.calls(), limited);
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every wait was taken or turned away");
+    assert_eq!(
+        handled,
+        (4, 12),
+        "a quarter of 16 connections for one owner"
+    );
+    let served = tokio::time::timeout(Duration::from_secs(10), async {
+        let health = reqwest::Client::new()
+            .get(format!("{}/healthz", router.base))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        let (status, _, job) = router
+            .create(GLOBEX, "other-1", &detect("Guten Tag"), None)
+            .await;
+        (health, status, job)
+    })
+    .await
+    .expect("another owner is served while one owner waits on every connection it can");
+    assert_eq!(served.0, StatusCode::OK);
+    assert_eq!(served.1, StatusCode::CREATED, "{}", served.2);
+    for wait in waits {
+        wait.abort();
+    }
+}

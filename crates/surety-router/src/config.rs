@@ -116,6 +116,39 @@ const DEFAULT_DATABASE_CONNECTIONS: u32 = 16;
 /// descriptor limit, far past what the clients of one router hold.
 const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
+/// A provider's own request timeout, where the file sets one, is at most
+/// the attempt's: past it the attempt ends `unknown` first, and the
+/// provider's timeout would never decide anything.
+fn timeouts_fit(text: &str, attempt_timeout: Duration) -> Result<(), ConfigError> {
+    let file: toml::Table =
+        toml::from_str(text).map_err(|e| ConfigError::at("", e.to_string().trim_end()))?;
+    let providers = file.get("providers").and_then(toml::Value::as_table);
+    for (id, provider) in providers.into_iter().flatten() {
+        let request_ms = provider
+            .get("timeouts")
+            .and_then(|t| t.get("request_ms"))
+            .and_then(toml::Value::as_integer);
+        if let Some(request_ms) = request_ms
+            && u128::try_from(request_ms).unwrap_or(0) > attempt_timeout.as_millis()
+        {
+            return Err(ConfigError::at(
+                format!("providers.{id}.timeouts.request_ms"),
+                format!(
+                    "{request_ms} ms is longer than server.attempt_timeout_ms ({} ms): the attempt would end unknown before this timeout could decide; make it at most server.attempt_timeout_ms, or raise that",
+                    attempt_timeout.as_millis()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An owner's requests in flight when the file says nothing: a quarter of
+/// the connections (at least 1, at most 256).
+fn default_owner_in_flight(max_connections: usize) -> u32 {
+    u32::try_from((max_connections / 4).clamp(1, 256)).unwrap_or(256)
+}
+
 /// The smallest SQLite file a limit may name.
 const MIN_SQLITE_BYTES: u64 = 1 << 20;
 
@@ -138,7 +171,7 @@ pub struct RouterConfig {
     /// Each owner's sustained requests per second and burst.
     pub owner_rate: Option<(std::num::NonZeroU32, std::num::NonZeroU32)>,
     /// Each owner's requests in flight at most.
-    pub owner_max_in_flight: Option<std::num::NonZeroU32>,
+    pub owner_max_in_flight: std::num::NonZeroU32,
     /// SQLite: `normal` (the default) or `full` (an fsync per commit).
     pub sqlite_synchronous: surety_store::SqliteSync,
     /// SQLite: the most bytes the database file may hold.
@@ -255,6 +288,22 @@ impl RouterConfig {
             }
         }
         let (providers, routes) = (file.providers, file.routes);
+        let attempt_timeout = ms(
+            "server.attempt_timeout_ms",
+            raw.server.attempt_timeout_ms,
+            60_000,
+        )?;
+        timeouts_fit(text, attempt_timeout)?;
+        let max_connections = match raw.server.max_connections {
+            None => DEFAULT_MAX_CONNECTIONS,
+            Some(n @ 1..=1_000_000) => n,
+            Some(_) => {
+                return Err(ConfigError::at(
+                    "server.max_connections",
+                    "must be between 1 and 1000000",
+                ));
+            }
+        };
         Ok(RouterConfig {
             listen,
             database,
@@ -275,11 +324,7 @@ impl RouterConfig {
                     .unwrap_or_else(|| "contracts".to_owned()),
             ),
             verifying_key: raw.server.verifying_key.map(PathBuf::from),
-            attempt_timeout: ms(
-                "server.attempt_timeout_ms",
-                raw.server.attempt_timeout_ms,
-                60_000,
-            )?,
+            attempt_timeout,
             allow_keyless_chat: raw.server.allow_keyless_chat.unwrap_or(false),
             owner_rate: match (raw.server.owner_requests_per_second, raw.server.owner_burst) {
                 (None, None) => None,
@@ -336,28 +381,20 @@ impl RouterConfig {
             )?,
             secure_cookies: raw.server.secure_cookies.unwrap_or(false),
             listening: crate::Listening {
-                max_connections: match raw.server.max_connections {
-                    None => DEFAULT_MAX_CONNECTIONS,
-                    Some(n @ 1..=1_000_000) => n,
-                    Some(_) => {
-                        return Err(ConfigError::at(
-                            "server.max_connections",
-                            "must be between 1 and 1000000",
-                        ));
-                    }
-                },
+                max_connections,
                 request_read_timeout: ms(
                     "server.request_read_timeout_ms",
                     raw.server.request_read_timeout_ms,
                     10_000,
                 )?,
             },
-            owner_max_in_flight: match raw.server.owner_max_in_flight {
-                None => None,
-                Some(n) => Some(std::num::NonZeroU32::new(n).ok_or_else(|| {
-                    ConfigError::at("server.owner_max_in_flight", "must be at least 1")
-                })?),
-            },
+            // Every owner has a limit (waits count toward it): by default a
+            // quarter of the connections, so one owner never holds them all.
+            owner_max_in_flight: std::num::NonZeroU32::new(match raw.server.owner_max_in_flight {
+                None => default_owner_in_flight(max_connections),
+                Some(n) => n,
+            })
+            .ok_or_else(|| ConfigError::at("server.owner_max_in_flight", "must be at least 1"))?,
             shutdown_grace: ms(
                 "server.shutdown_grace_ms",
                 raw.server.shutdown_grace_ms,
@@ -412,6 +449,29 @@ providers = ["fake"]
     }
 
     #[test]
+    fn a_provider_timeout_longer_than_the_attempts_is_refused_naming_both() {
+        let with = |request_ms: u64, attempt: &str| {
+            let text = GOOD
+                .replace("[server]", &format!("[server]\n{attempt}"))
+                .replace(
+                    "[providers.fake]",
+                    &format!("[providers.fake]\ntimeouts = {{ request_ms = {request_ms} }}"),
+                );
+            RouterConfig::from_toml(&text)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let refused = with(120_000, "").unwrap_err();
+        assert!(
+            refused.contains("providers.fake.timeouts.request_ms")
+                && refused.contains("server.attempt_timeout_ms (60000 ms)"),
+            "{refused}"
+        );
+        assert_eq!(with(120_000, "attempt_timeout_ms = 120000"), Ok(()));
+        assert_eq!(with(30_000, ""), Ok(()));
+    }
+
+    #[test]
     fn a_good_file_parses_with_its_defaults() {
         let config = RouterConfig::from_toml(GOOD).unwrap();
         assert_eq!(config.database_connections, DEFAULT_DATABASE_CONNECTIONS);
@@ -420,6 +480,13 @@ providers = ["fake"]
         assert_eq!(config.routes["language"].providers, ["fake"]);
         assert_eq!(config.retention, Duration::from_secs(24 * 60 * 60));
         assert_eq!(config.listening.max_connections, DEFAULT_MAX_CONNECTIONS);
+        // Every owner has an in-flight limit: a quarter of the connections, at most 256.
+        assert_eq!(config.owner_max_in_flight.get(), 256);
+        let small = GOOD.replace("[server]", "[server]\nmax_connections = 16");
+        let small = RouterConfig::from_toml(&small).unwrap();
+        assert_eq!(small.owner_max_in_flight.get(), 4);
+        assert_eq!(config.operator_session, Duration::from_secs(8 * 3600));
+        assert!(!config.secure_cookies);
         assert_eq!(
             config.listening.request_read_timeout,
             Duration::from_secs(10)

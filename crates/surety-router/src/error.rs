@@ -163,7 +163,18 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        close_if_limited(&mut response);
         response
+    }
+}
+
+/// A request turned away by its owner's limits gives its connection back:
+/// an owner past its limit holds no connection others could use.
+pub(crate) fn close_if_limited(response: &mut Response) {
+    if response.status() == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
 }
 

@@ -106,6 +106,7 @@ impl IntoResponse for OpenAiError {
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        crate::error::close_if_limited(&mut response);
         response
     }
 }

@@ -137,9 +137,10 @@ impl Limits {
         let rate = config.owner_rate.map(|(per_second, burst)| {
             governor::RateLimiter::keyed(governor::Quota::per_second(per_second).allow_burst(burst))
         });
-        let in_flight = config
-            .owner_max_in_flight
-            .map(|most| (most.get() as usize, std::sync::Mutex::default()));
+        let in_flight = Some((
+            config.owner_max_in_flight.get() as usize,
+            std::sync::Mutex::default(),
+        ));
         Limits { rate, in_flight }
     }
 }
