@@ -304,14 +304,6 @@ impl Contract {
         })
     }
 
-    /// The checks an answer must pass wherever it is produced (certification
-    /// and the router at run time alike): the schema, then the rules.
-    pub fn check_answer(&self, answer: &Value) -> Vec<Violation> {
-        let mut found = self.check_schema(answer);
-        found.extend(self.check_rules(answer));
-        found
-    }
-
     /// Every schema error, with its JSON pointer.
     pub fn check_schema(&self, answer: &Value) -> Vec<Violation> {
         self.validator

@@ -3,6 +3,14 @@
 //! The engines differ only in how they read their clock, so each statement
 //! names the clock as `{now}` and [`Sql::new`] substitutes the engine's
 //! expression once, at open. Values are always bound parameters.
+//!
+//! The compare-and-swap that makes a result the job's runs after the job's
+//! row is locked, so each of its guards (version, `completed_by`, the
+//! attempt still open) is read after anything that committed meanwhile. On
+//! PostgreSQL a statement that waited for a row lock reads other rows as of
+//! when it began, so its one-statement form locks the job in a CTE, closes
+//! the attempt with an UPDATE that rechecks the attempt's own row, and
+//! completes the job only if that closed it. Its returned row is the proof.
 
 use crate::Backend;
 
