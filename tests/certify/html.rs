@@ -11,18 +11,7 @@ use crate::{fake_config, misbehave, reply};
 /// Chromium, as `cargo xtask test` installs it (`SURETY_CHROMIUM`); `None`
 /// skips the browser half outside CI.
 fn chromium() -> Option<PathBuf> {
-    match std::env::var_os("SURETY_CHROMIUM") {
-        Some(path) => Some(PathBuf::from(path)),
-        None if std::env::var_os("CI").is_some() => {
-            panic!("SURETY_CHROMIUM is not set and CI is set: run through `cargo xtask test`")
-        }
-        None => {
-            eprintln!(
-                "SKIPPED the browser half: chromium is not set up (run through `cargo xtask test`)"
-            );
-            None
-        }
-    }
+    surety_tests::require("SURETY_CHROMIUM", "chromium (the browser half)").map(PathBuf::from)
 }
 
 /// Runs headless Chromium on `page` with `args`; its standard output.

@@ -124,18 +124,7 @@ async fn every_openai_response_the_fake_returns_conforms() {
 /// venv) over `requests` and `responses`; `None` when the venv is absent
 /// outside CI.
 async fn genai_errors(requests: &[Value], responses: &[Value]) -> Option<(String, Vec<String>)> {
-    let python = match std::env::var("SURETY_OPENAI_SDK_PYTHON") {
-        Ok(python) => python,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!(
-                "SURETY_OPENAI_SDK_PYTHON is not set and CI is set: run through `cargo xtask test`"
-            )
-        }
-        Err(_) => {
-            eprintln!("SKIPPED: google-genai is not installed (run through `cargo xtask test`)");
-            return None;
-        }
-    };
+    let python = surety_tests::require("SURETY_OPENAI_SDK_PYTHON", "google-genai")?;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gemini/validate.py");
     let mut child = tokio::process::Command::new(python)
         .arg(script)

@@ -14,20 +14,7 @@ use crate::support::{call, provider_at};
 
 /// The server's URL, or `None` (loudly) outside CI when it is not running.
 fn local_server() -> Option<String> {
-    match std::env::var("SURETY_LOCAL_PROVIDER_URL") {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!(
-                "SURETY_LOCAL_PROVIDER_URL is not set and CI is set: run through `cargo xtask test`"
-            )
-        }
-        Err(_) => {
-            eprintln!(
-                "SKIPPED: no local model server (run through `cargo xtask test` to start one)"
-            );
-            None
-        }
-    }
+    surety_tests::require("SURETY_LOCAL_PROVIDER_URL", "the local model server")
 }
 
 /// A call to the server failed: the error, and whether the server process

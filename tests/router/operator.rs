@@ -396,17 +396,10 @@ pub async fn an_unknown_job_is_cancelled_with_confirmation_then_retried_to_succe
 /// Screenshots go to `target/operator/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_operator_pages_in_a_real_browser() {
-    let (Ok(python), Ok(chromium)) = (
-        std::env::var("SURETY_OPENAI_SDK_PYTHON"),
-        std::env::var("SURETY_CHROMIUM"),
+    let (Some(python), Some(chromium)) = (
+        surety_tests::require("SURETY_OPENAI_SDK_PYTHON", "Playwright"),
+        surety_tests::require("SURETY_CHROMIUM", "chromium"),
     ) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the suite's venv and chromium are not set up and CI is set: run through `cargo xtask test`"
-        );
-        eprintln!(
-            "SKIPPED: Playwright and chromium are not set up (run through `cargo xtask test`)"
-        );
         return;
     };
     let db = TestDb::new(surety_tests::Engine::Sqlite).await.unwrap();

@@ -67,16 +67,7 @@ print(json.dumps(seen))
 
 /// The SDK's Python, or `None` (loudly) outside CI when it is not installed.
 fn sdk_python() -> Option<String> {
-    match std::env::var("SURETY_OPENAI_SDK_PYTHON") {
-        Ok(python) => Some(python),
-        Err(_) if std::env::var_os("CI").is_some() => panic!(
-            "SURETY_OPENAI_SDK_PYTHON is not set and CI is set: run through `cargo xtask test`"
-        ),
-        Err(_) => {
-            eprintln!("SKIPPED: the OpenAI SDK is not installed (run through `cargo xtask test`)");
-            None
-        }
-    }
+    surety_tests::require("SURETY_OPENAI_SDK_PYTHON", "the OpenAI SDK")
 }
 
 /// Runs a client `script` under the SDK's Python with `env`; what it

@@ -33,6 +33,45 @@ pub fn metric_value(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// What a test needs that `cargo xtask test` provides, named by the
+/// environment variable `var` (`what` says what it is): its value; or,
+/// when it is not set, a failed test under `CI`, and elsewhere `None` with
+/// the skip recorded by [`skipped`].
+pub fn require(var: &str, what: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) => Some(value),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!(
+                "{what} is not set up ({var} is not set) and CI is set: run through `cargo xtask test`"
+            )
+        }
+        Err(_) => {
+            skipped(&format!(
+                "{what} is not set up ({var}; run through `cargo xtask test`)"
+            ));
+            None
+        }
+    }
+}
+
+/// Records that part of a test was skipped: on stderr, and past libtest's
+/// capture in the file `SURETY_SKIPS` names, which `cargo xtask test`
+/// counts and prints, so a skip never passes for a pass in silence.
+pub fn skipped(why: &str) {
+    use std::io::Write;
+    eprintln!("SKIPPED: {why}");
+    if let Some(path) = std::env::var_os("SURETY_SKIPS")
+        && let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        let test = std::thread::current().name().unwrap_or("a test").to_owned();
+        // One write of the whole line: appends from parallel tests never interleave.
+        let _ = file.write_all(format!("{test}: {why}\n").as_bytes());
+    }
+}
+
 /// The default PostgreSQL of the project's machines.
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -122,9 +161,9 @@ impl TestDb {
                         panic!("PostgreSQL at {base} is unreachable and CI is set: {e}")
                     }
                     Err(e) => {
-                        eprintln!(
-                            "SKIPPED the PostgreSQL half of this test: {base} is unreachable ({e})"
-                        );
+                        skipped(&format!(
+                            "the PostgreSQL half of this test: {base} is unreachable ({e})"
+                        ));
                         return None;
                     }
                 };

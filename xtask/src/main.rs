@@ -129,6 +129,15 @@ fn test(root: &Path) -> Result<()> {
     let chromium = chromium()?;
     let chromium = chromium.to_string_lossy();
     env.push(("SURETY_CHROMIUM", &chromium));
+    // Where skipped tests say so (`surety_tests::skipped`), past libtest's capture.
+    let skips = target_dir(root).join("test-skips.txt");
+    match std::fs::remove_file(&skips) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", skips.display())),
+    }
+    let skips_env = skips.to_string_lossy().into_owned();
+    env.push(("SURETY_SKIPS", &skips_env));
     let tested = cargo_test(root, &["test", "--workspace", "--locked"], &env);
     // A server that died during the run is said first: its tests' failures are that.
     if let Some(notice) = server.as_ref().and_then(local_provider::Server::died) {
@@ -140,7 +149,18 @@ fn test(root: &Path) -> Result<()> {
     }
     let (passed, failed) = tested?;
     drop(server);
-    println!("tests: {passed} passed, {failed} failed");
+    let skipped: Vec<String> = std::fs::read_to_string(&skips)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for skip in &skipped {
+        println!("skipped: {skip}");
+    }
+    println!(
+        "tests: {passed} passed, {failed} failed, {} skipped in part or whole",
+        skipped.len()
+    );
     if passed == 0 {
         bail!("no test ran");
     }

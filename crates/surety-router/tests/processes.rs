@@ -300,15 +300,8 @@ async fn a_json_log_line_carries_the_request_id_the_response_returned() {
 /// enabled: no failure and no server error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn schemathesis_finds_nothing_in_the_openapi_document() {
-    let st = match std::env::var("SURETY_SCHEMATHESIS") {
-        Ok(st) => st,
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("SURETY_SCHEMATHESIS is not set and CI is set: run through `cargo xtask test`")
-        }
-        Err(_) => {
-            eprintln!("SKIPPED: schemathesis is not installed (run through `cargo xtask test`)");
-            return;
-        }
+    let Some(st) = surety_tests::require("SURETY_SCHEMATHESIS", "schemathesis") else {
+        return;
     };
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
     let fake = FakeProvider::start(Script::always(Behavior::Reply(
