@@ -437,3 +437,25 @@ async fn special_token_text_in_the_input_is_caught_by_the_tokenizer() {
     );
     assert!(case.samples.is_empty(), "nothing is sent");
 }
+
+/// The reports of a failing certification, as a reviewer reads them: the
+/// Markdown report and the JUnit file, snapshotted (ids, digests, times
+/// and durations redacted).
+#[tokio::test]
+async fn the_reports_of_a_failing_run_read_as_snapshotted() {
+    let (result, markdown, _) = misbehave("language-detect", "", |case, a| match case {
+        "english" => reply(&json!({"language": "english", "confidence": 1})),
+        "german" => Behavior::Cycle(vec![
+            a.to_string(),
+            json!({"language": "dutch"}).to_string(),
+        ]),
+        _ => reply(&a),
+    })
+    .await;
+    assert!(!result.certified);
+    surety_tests::surety_snapshot!("language-detect-report.md", markdown);
+    surety_tests::surety_snapshot!(
+        "language-detect-junit.xml",
+        report::junit("fake", std::slice::from_ref(&result))
+    );
+}

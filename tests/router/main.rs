@@ -12,6 +12,7 @@ mod harness;
 mod operator;
 mod scenarios;
 mod sdk;
+mod snapshots;
 
 surety_tests::both_engines!(scenarios:
     double_click_gets_one_job_and_one_provider_call,

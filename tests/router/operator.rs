@@ -602,3 +602,16 @@ pub async fn an_operator_of_every_owner_sees_and_acts_on_every_owners_jobs(db: &
     let (_, acme_queue) = page(&router, &admin_session(&router).await, "/ui").await;
     assert!(!acme_queue.contains(&id(&theirs)), "{acme_queue}");
 }
+
+/// One operator page as the browser gets it: the certification matrix of
+/// a router with one certified provider, snapshotted (tokens, times and
+/// ports redacted).
+#[tokio::test]
+async fn the_certification_page_reads_as_snapshotted() {
+    let db = TestDb::new(surety_tests::Engine::Sqlite).await.unwrap();
+    let (_fake, router) = Router::answering_english(&db, "").await;
+    let session = admin_session(&router).await;
+    let (status, body) = page(&router, &session, "/ui/certification").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    surety_tests::surety_snapshot!("certification-page.html", body);
+}

@@ -72,6 +72,47 @@ pub fn skipped(why: &str) {
     }
 }
 
+/// What every snapshot hides, the same way: what changes from run to run
+/// (ids, times, digests, ports, temporary paths, durations, tokens) is
+/// replaced by its name, so a snapshot shows the behaviour alone.
+pub const SNAPSHOT_FILTERS: &[(&str, &str)] = &[
+    (
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        "[uuid]",
+    ),
+    (r"sha256:[0-9a-f]{64}", "sha256:[digest]"),
+    (r"\b[0-9a-f]{64}\b", "[hex64]"),
+    (r"sha256:[0-9a-f]{8,63}\b", "sha256:[short]"),
+    (
+        r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})",
+        "[time]",
+    ),
+    (r"127\.0\.0\.1:\d+", "127.0.0.1:[port]"),
+    (r"/tmp/[^\s\)\]`\x22]+", "[tmp]"),
+    (r"\b\d+(\.\d+)? ?ms\b", "[n] ms"),
+    (
+        r"\x22(\w+_ms|latency_ms|created|p50|p95|max)\x22: \d+",
+        "\x22$1\x22: [n]",
+    ),
+];
+
+/// An insta snapshot of `value` (text) under `name`, with the shared
+/// [`SNAPSHOT_FILTERS`]; snapshots live in `snapshots/` beside the test.
+/// `cargo xtask test` runs them with `INSTA_UPDATE=no`: a changed or new
+/// snapshot fails until accepted (`cargo insta review`).
+#[macro_export]
+macro_rules! surety_snapshot {
+    ($name:expr, $value:expr) => {
+        insta::with_settings!({
+            filters => $crate::SNAPSHOT_FILTERS.to_vec(),
+            prepend_module_to_snapshot => false,
+            omit_expression => true,
+        }, {
+            insta::assert_snapshot!($name, $value);
+        })
+    };
+}
+
 /// The default PostgreSQL of the project's machines.
 pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 

@@ -138,6 +138,8 @@ fn test(root: &Path) -> Result<()> {
     }
     let skips_env = skips.to_string_lossy().into_owned();
     env.push(("SURETY_SKIPS", &skips_env));
+    // A snapshot that changed, or a new one, fails until it is reviewed.
+    env.push(("INSTA_UPDATE", "no"));
     let tested = cargo_test(root, &["test", "--workspace", "--locked"], &env);
     // A server that died during the run is said first: its tests' failures are that.
     if let Some(notice) = server.as_ref().and_then(local_provider::Server::died) {
