@@ -175,11 +175,14 @@ impl Router {
     /// A provider that answers every request `{"language": "english"}`,
     /// and a router with one route to it, with `server` settings.
     pub async fn answering_english(db: &TestDb, server: &str) -> (FakeProvider, Router) {
-        let fake = FakeProvider::start(Script::always(Behavior::Reply(
-            json!({"language": "english"}).to_string(),
-        )))
-        .await
-        .unwrap();
+        let english = Behavior::Reply(json!({"language": "english"}).to_string());
+        Router::behaving(db, english, server).await
+    }
+
+    /// A provider that does `behavior` to every request, and a router with
+    /// one route to it, with `server` settings.
+    pub async fn behaving(db: &TestDb, behavior: Behavior, server: &str) -> (FakeProvider, Router) {
+        let fake = FakeProvider::start(Script::always(behavior)).await.unwrap();
         let router = Router::one_route(db, &fake, server).await;
         (fake, router)
     }

@@ -95,10 +95,7 @@ async fn page(router: &Router, cookie: &str, path: &str) -> (StatusCode, String)
 pub async fn only_admins_sign_in_and_a_session_not_the_key_is_in_a_strict_http_only_cookie(
     db: &TestDb,
 ) {
-    let fake = FakeProvider::start(Script::always(Behavior::Hang))
-        .await
-        .unwrap();
-    let router = Router::one_route(db, &fake, "").await;
+    let (_fake, router) = Router::behaving(db, Behavior::Hang, "").await;
     let (status, _, body) = sign_in(&router, ACME).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(body.contains("not an admin key"), "{body}");
@@ -185,10 +182,7 @@ pub async fn only_admins_sign_in_and_a_session_not_the_key_is_in_a_strict_http_o
 /// forged one; a sign-in that did not come from the sign-in page (no form
 /// token, or another's) is refused; every page says how to be handled.
 pub async fn sessions_expire_and_tokens_belong_to_their_session(db: &TestDb) {
-    let fake = FakeProvider::start(Script::always(Behavior::Hang))
-        .await
-        .unwrap();
-    let router = Router::one_route(db, &fake, "operator_session_ms = 300\n").await;
+    let (fake, router) = Router::behaving(db, Behavior::Hang, "operator_session_ms = 300\n").await;
     let first = admin_session(&router).await;
     let (status, body) = page(&router, &first, "/ui").await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -322,10 +316,7 @@ pub async fn the_queue_lists_this_owners_unknown_jobs_and_shows_input_as_text(db
 }
 
 pub async fn an_unknown_job_is_cancelled_with_confirmation_then_retried_to_success(db: &TestDb) {
-    let fake = FakeProvider::start(Script::always(Behavior::Hang))
-        .await
-        .unwrap();
-    let router = Router::one_route(db, &fake, "attempt_timeout_ms = 300\n").await;
+    let (fake, router) = Router::behaving(db, Behavior::Hang, "attempt_timeout_ms = 300\n").await;
     let (_, _, job) = router
         .create(ACME, "act-1", &detect("Hello there"), Some(5))
         .await;
@@ -554,10 +545,7 @@ pub async fn the_certification_matrix_says_why_a_provider_is_not_eligible(db: &T
 }
 
 pub async fn an_operator_of_every_owner_sees_and_acts_on_every_owners_jobs(db: &TestDb) {
-    let fake = FakeProvider::start(Script::always(Behavior::Hang))
-        .await
-        .unwrap();
-    let router = Router::one_route(db, &fake, "attempt_timeout_ms = 300\n").await;
+    let (_fake, router) = Router::behaving(db, Behavior::Hang, "attempt_timeout_ms = 300\n").await;
     let (_, _, mine) = router
         .create(ACME, "all-1", &detect("hello"), Some(5))
         .await;

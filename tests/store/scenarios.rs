@@ -72,6 +72,25 @@ async fn attempt_state(store: &Store, handle: &AttemptHandle, owner_name: &str) 
         .state
 }
 
+/// A refused job transition, from `from` on `event`.
+#[track_caller]
+fn check_job_refused(error: &StoreError, from: JobState, event: JobEvent) {
+    assert!(
+        matches!(error, StoreError::Transition(TransitionError::Job { from: f, event: e }) if *f == from && *e == event),
+        "expected the job's refusal from {from:?} on {event:?}: {error}"
+    );
+}
+
+/// A refused attempt transition, from `from` (on `event`, when given).
+#[track_caller]
+fn check_attempt_refused(error: &StoreError, from: AttemptState, event: Option<AttemptEvent>) {
+    assert!(
+        matches!(error, StoreError::Transition(TransitionError::Attempt { from: f, event: e })
+            if *f == from && event.is_none_or(|event| *e == event)),
+        "expected the attempt's refusal from {from:?} on {event:?}: {error}"
+    );
+}
+
 pub async fn double_click_makes_one_job_and_one_attempt(db: &TestDb) {
     let store = db.store().await;
     let new = new_job(
@@ -270,16 +289,7 @@ pub async fn timeout_is_unknown_and_blocks_new_attempts_until_a_late_result(db: 
         .start_attempt(&acme, &job.id, &start("anthropic", Slot::Primary))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            refused,
-            StoreError::Transition(TransitionError::Job {
-                from: JobState::Succeeded,
-                event: JobEvent::AttemptStarted
-            })
-        ),
-        "{refused}"
-    );
+    check_job_refused(&refused, JobState::Succeeded, JobEvent::AttemptStarted);
 }
 
 pub async fn cancel_resolves_unknown_and_the_late_result_loses(db: &TestDb) {
@@ -352,15 +362,10 @@ pub async fn cancel_resolves_unknown_and_the_late_result_loses(db: &TestDb) {
         .cancel_attempt(&acme, &job.id, a.ordinal, "twice")
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            again,
-            StoreError::Transition(TransitionError::Attempt {
-                from: AttemptState::Cancelled,
-                event: AttemptEvent::Cancelled
-            })
-        ),
-        "{again}"
+    check_attempt_refused(
+        &again,
+        AttemptState::Cancelled,
+        Some(AttemptEvent::Cancelled),
     );
 }
 
@@ -473,16 +478,7 @@ pub async fn reverse_order_finish_first_finisher_wins(db: &TestDb) {
         .finish_attempt(&a, Outcome::Succeeded(json!({}).into()))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            again,
-            StoreError::Transition(TransitionError::Attempt {
-                from: AttemptState::Lost,
-                ..
-            })
-        ),
-        "{again}"
-    );
+    check_attempt_refused(&again, AttemptState::Lost, None);
 }
 
 pub async fn the_schema_refuses_a_second_open_attempt_and_an_unallowed_hedge(db: &TestDb) {
@@ -653,16 +649,7 @@ pub async fn reaper_turns_expired_leases_unknown_and_late_heartbeats_change_noth
 
     let before = db.snapshot().await;
     let late = store.heartbeat(&a, LEASE).await.unwrap_err();
-    assert!(
-        matches!(
-            late,
-            StoreError::Transition(TransitionError::Attempt {
-                from: AttemptState::Unknown,
-                event: AttemptEvent::Heartbeat
-            })
-        ),
-        "{late}"
-    );
+    check_attempt_refused(&late, AttemptState::Unknown, Some(AttemptEvent::Heartbeat));
     assert!(
         store.reap_expired().await.unwrap().is_empty(),
         "reaping twice moves nothing"

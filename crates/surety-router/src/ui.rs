@@ -646,26 +646,40 @@ fn acting(state: &AppState, headers: &HeaderMap, form: &Token) -> Result<Operato
     }
 }
 
+/// A form that acts on job `id`: the operator whose token it carries, and
+/// the parsed job id with the owner this operator may act for; else the
+/// answer that refuses it.
+async fn acting_on(
+    state: &AppState,
+    headers: &HeaderMap,
+    form: &Token,
+    id: &str,
+) -> Result<(Operator, Result<(OwnerId, JobId), ApiError>), Response> {
+    let op = acting(state, headers, form).map_err(IntoResponse::into_response)?;
+    let job_id = job_id(id).map_err(IntoResponse::into_response)?;
+    let owner = op
+        .owner_of(state, &job_id)
+        .await
+        .map(|owner| (owner, job_id));
+    Ok((op, owner))
+}
+
 async fn cancel(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path((id, n)): Path<(String, i64)>,
     Form(form): Form<Token>,
 ) -> Response {
-    let op = match acting(&state, &headers, &form) {
-        Ok(op) => op,
-        Err(refused) => return refused.into_response(),
+    let (op, found) = match acting_on(&state, &headers, &form, &id).await {
+        Ok(acting) => acting,
+        Err(refused) => return refused,
     };
-    let job_id = match job_id(&id) {
-        Ok(id) => id,
-        Err(e) => return e.into_response(),
-    };
-    let done = async {
-        let owner = op.owner_of(&state, &job_id).await?;
-        crate::service::cancel(&state, &owner, &job_id, n).await
+    let done = match found {
+        Ok((owner, job_id)) => crate::service::cancel(&state, &owner, &job_id, n).await,
+        Err(e) => Err(e),
     };
     let after = format!("/ui/jobs/{id}");
-    answered(&op, &id, &cancel_question(&id, n), done.await, &after)
+    answered(&op, &id, &cancel_question(&id, n), done, &after)
 }
 
 async fn retry(
@@ -674,19 +688,15 @@ async fn retry(
     Path(id): Path<String>,
     Form(form): Form<Token>,
 ) -> Response {
-    let op = match acting(&state, &headers, &form) {
-        Ok(op) => op,
-        Err(refused) => return refused.into_response(),
+    let (op, found) = match acting_on(&state, &headers, &form, &id).await {
+        Ok(acting) => acting,
+        Err(refused) => return refused,
     };
-    let job_id = match job_id(&id) {
-        Ok(id) => id,
-        Err(e) => return e.into_response(),
-    };
-    let done = async {
-        let owner = op.owner_of(&state, &job_id).await?;
-        crate::service::retry(&state, &owner, &job_id).await
+    let done = match found {
+        Ok((owner, job_id)) => crate::service::retry(&state, &owner, &job_id).await,
+        Err(e) => Err(e),
     };
     // The job's page shows the outcome once the new attempt has one.
     let after = format!("/ui/jobs/{id}?wait=10");
-    answered(&op, &id, &retry_question(&id), done.await, &after)
+    answered(&op, &id, &retry_question(&id), done, &after)
 }
