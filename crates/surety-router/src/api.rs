@@ -8,14 +8,13 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde_json::Value;
-use surety_core::IdempotencyKey;
 use surety_store::{JobKind, OwnerId};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
 use crate::AppState;
 use crate::error::{ApiError, Problem};
-use crate::extract::{Caller, JsonObject, PathParams, job_id};
+use crate::extract::{Caller, JsonObject, PathParams, idempotency_key, job_id};
 use crate::service::{Intake, create_or_replay, job_view, route_and_contract, wait_at_rest};
 use crate::views::{
     AttemptList, CreateJob, JobView, OpenAiErrorView, ProblemView, ProviderList, Readiness,
@@ -185,20 +184,6 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
 
 /// The header that carries a request's id.
 pub const REQUEST_ID: &str = "x-request-id";
-
-pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
-    let raw = headers.get("idempotency-key").ok_or_else(|| {
-        ApiError::new(
-            Problem::MissingIdempotencyKey,
-            "send an `Idempotency-Key` header naming this intent",
-        )
-    })?;
-    let text = raw
-        .to_str()
-        .map_err(|_| ApiError::new(Problem::InvalidIdempotencyKey, "not printable ASCII"))?;
-    IdempotencyKey::parse(text)
-        .map_err(|e| ApiError::new(Problem::InvalidIdempotencyKey, e.to_string()))
-}
 
 /// `Prefer: wait=N` (RFC 7240), capped.
 fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {

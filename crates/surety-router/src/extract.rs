@@ -233,3 +233,19 @@ pub fn job_id(raw: &str) -> Result<surety_store::JobId, ApiError> {
         )),
     }
 }
+
+/// The request's `Idempotency-Key`: present, printable, and of the syntax
+/// `surety_core::IdempotencyKey` takes.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<surety_core::IdempotencyKey, ApiError> {
+    let raw = headers.get("idempotency-key").ok_or_else(|| {
+        ApiError::new(
+            Problem::MissingIdempotencyKey,
+            "send an `Idempotency-Key` header naming this intent",
+        )
+    })?;
+    let text = raw
+        .to_str()
+        .map_err(|_| ApiError::new(Problem::InvalidIdempotencyKey, "not printable ASCII"))?;
+    surety_core::IdempotencyKey::parse(text)
+        .map_err(|e| ApiError::new(Problem::InvalidIdempotencyKey, e.to_string()))
+}

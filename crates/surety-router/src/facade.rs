@@ -25,9 +25,8 @@ use surety_core::{AttemptState, Fingerprint, IdempotencyKey, JobState};
 use surety_providers::{Facade, Message, Role};
 use surety_store::{Attempt, Job, JobKind, OwnerId};
 
-use crate::api::idempotency_key;
 use crate::error::{ApiError, Problem};
-use crate::extract::{Caller, JsonObject};
+use crate::extract::{Caller, JsonObject, idempotency_key};
 use crate::service::{Intake, create_or_replay, route_and_contract, wait_at_rest};
 use crate::views::{
     ChatCompletionDoc, ChatRequestDoc, ChunkEventDoc, ModelList, ModelView, OpenAiErrorDetail,

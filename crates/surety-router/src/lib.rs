@@ -379,3 +379,81 @@ impl AppState {
         pruned
     }
 }
+
+#[cfg(test)]
+mod layers {
+    //! The layer rule: a module imports only modules of a lower layer, so
+    //! there is no import cycle and a change's place can be read off the
+    //! layout. Read from the sources.
+
+    /// Each module's layer, lowest first: what every part stands on (views,
+    /// configuration, sessions, the manifest, metrics, the accept loop,
+    /// the OpenAPI document's edits), errors, the request edge's parts and
+    /// the dispatcher, the jobs service, the HTTP surfaces (the facade, the
+    /// operator's pages), and the router that puts them together.
+    const LAYERS: [(&str, u8); 15] = [
+        ("views", 0),
+        ("config", 0),
+        ("session", 0),
+        ("settled", 0),
+        ("metrics", 0),
+        ("manifest", 0),
+        ("listen", 0),
+        ("document", 0),
+        ("error", 1),
+        ("extract", 2),
+        ("dispatch", 2),
+        ("service", 3),
+        ("facade", 4),
+        ("ui", 4),
+        ("api", 5),
+    ];
+
+    fn layer(module: &str) -> Option<u8> {
+        LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
+    }
+
+    #[test]
+    fn every_module_imports_only_lower_layers() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut offences = Vec::new();
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&src).unwrap_or_else(|e| panic!("{e}")) {
+            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+            let Some(module) = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .filter(|_| path.extension().is_some_and(|e| e == "rs"))
+            else {
+                continue;
+            };
+            if module == "lib" {
+                continue;
+            }
+            seen += 1;
+            let Some(own) = layer(module) else {
+                offences.push(format!("{module}.rs has no layer in LAYERS"));
+                continue;
+            };
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+            for (at, _) in text.match_indices("crate::") {
+                let name: String = text[at + 7..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                match layer(&name) {
+                    Some(theirs) if theirs >= own && name != module => offences.push(format!(
+                        "{module} (layer {own}) imports {name} (layer {theirs})"
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(
+            seen,
+            LAYERS.len(),
+            "every module is in LAYERS, and only those"
+        );
+        assert!(offences.is_empty(), "{offences:#?}");
+    }
+}
