@@ -318,3 +318,35 @@ async fn one_owners_waits_cannot_hold_every_connection() {
         wait.abort();
     }
 }
+
+/// Keys cannot be guessed at the speed of the network: past 20 failed
+/// authentications in 10 s, an address is refused (429 with Retry-After)
+/// before its key is looked at — a good key too, until the window ends.
+#[tokio::test]
+async fn wrong_keys_are_rate_limited_per_address() {
+    let db = TestDb::new(Engine::Sqlite).await.unwrap();
+    let (_fake, router) = Router::answering_english(&db, "").await;
+    for i in 0..20 {
+        let (status, _) = router.get(&format!("guess-{i}"), "/v1/providers").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    let (status, problem) = router.get("guess-20", "/v1/providers").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("too many failed authentications"),
+        "{problem}"
+    );
+    let (status, _) = router.get(ACME, "/v1/providers").await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the address is refused before any key is looked at"
+    );
+    // Another router (another address's view) is not affected.
+    let (_fake, other) = Router::answering_english(&db, "").await;
+    let (status, _) = other.get(ACME, "/v1/providers").await;
+    assert_eq!(status, StatusCode::OK);
+}

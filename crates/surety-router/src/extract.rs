@@ -37,7 +37,8 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        let key = authenticate(state, &parts.headers)?;
+        let peer = parts.extensions.get::<crate::listen::Peer>().map(|p| p.0);
+        let key = authenticate(state, &parts.headers, peer)?;
         let admitted = admit(state, &key.owner)?;
         Ok(Caller(key, admitted))
     }
@@ -92,7 +93,14 @@ fn admit(state: &AppState, owner: &str) -> Result<Admitted, ApiError> {
 /// The API key an `Authorization` header names, among the configured ones.
 /// Two `Authorization` headers are refused: which one counts would be the
 /// reader's guess.
-pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, ApiError> {
+pub fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Result<ApiKey, ApiError> {
+    if let Some(wait) = peer.and_then(|p| state.inner.failures.blocked(p)) {
+        return Err(too_many_failures(wait));
+    }
     if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
         return Err(ApiError::new(
             Problem::MalformedBody,
@@ -112,9 +120,27 @@ pub fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<ApiKey, Api
                 "send `Authorization: Bearer <API key>`",
             )
         })?;
-    api_key(state, token)
-        .map(|(_, key)| key)
-        .ok_or_else(|| ApiError::new(Problem::Unauthorized, "unknown API key"))
+    api_key(state, token).map(|(_, key)| key).ok_or_else(|| {
+        if let Some(peer) = peer {
+            state.inner.failures.failed(peer);
+        }
+        ApiError::new(Problem::Unauthorized, "unknown API key")
+    })
+}
+
+/// The refusal of an address past its failed authentications.
+pub fn too_many_failures(wait: std::time::Duration) -> ApiError {
+    ApiError {
+        retry_after: Some(wait.as_secs_f64().ceil().max(1.0) as u64),
+        ..ApiError::new(
+            Problem::RateLimited,
+            format!(
+                "too many failed authentications from this address ({} in {} s); wait and try again",
+                crate::session::FAILURE_LIMIT,
+                crate::session::FAILURE_WINDOW.as_secs()
+            ),
+        )
+    }
 }
 
 /// The configured API key `token` is, with its sha256 (hex): the one

@@ -86,6 +86,8 @@ pub struct Inner {
     pub settled: Arc<Settled>,
     /// The operator's signed-in sessions.
     pub sessions: session::Sessions,
+    /// Failed authentications per client address.
+    pub failures: session::Failures,
     pub secure_cookies: bool,
 }
 
@@ -308,6 +310,7 @@ impl AppState {
                 listening: config.listening,
                 settled: Arc::default(),
                 sessions: session::Sessions::new(config.operator_session),
+                failures: session::Failures::default(),
                 secure_cookies: config.secure_cookies,
             }),
         })

@@ -18,6 +18,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 
+/// The address a request's connection came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub std::net::IpAddr);
+
 /// How the router takes connections.
 #[derive(Debug, Clone, Copy)]
 pub struct Listening {
@@ -63,7 +67,7 @@ pub(crate) async fn accept_until(
             biased;
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, peer)) => (stream, peer),
                 Err(e) => {
                     // Out of file descriptors, or a connection reset before
                     // it was taken: the listener itself is fine.
@@ -73,8 +77,16 @@ pub(crate) async fn accept_until(
                 }
             },
         };
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // Each request knows the address it came from (`Peer`).
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(Peer(peer.ip()));
+                request
+            },
+        ));
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             // An error here is the client's: it went away, or was too slow.

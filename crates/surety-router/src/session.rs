@@ -133,3 +133,52 @@ mod tests {
         assert!(expired.get(&token).is_none());
     }
 }
+
+/// Failed authentications (an unknown API key, a refused sign-in) per
+/// client address: past `LIMIT` in a `WINDOW`, that address is refused
+/// before its key is even looked at, until the window ends, so keys cannot
+/// be guessed at the speed of the network.
+#[derive(Debug, Default)]
+pub struct Failures {
+    by_peer: Mutex<HashMap<std::net::IpAddr, (u32, Instant)>>,
+}
+
+/// How many failed authentications an address may make in a window.
+pub const FAILURE_LIMIT: u32 = 20;
+/// The window failed authentications are counted in.
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(10);
+/// The most addresses tracked at once; past it the oldest window goes.
+const MAX_PEERS: usize = 100_000;
+
+impl Failures {
+    fn by_peer(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, (u32, Instant)>> {
+        self.by_peer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long `peer` must wait before it may try again, if it is over the limit.
+    pub fn blocked(&self, peer: std::net::IpAddr) -> Option<Duration> {
+        let now = Instant::now();
+        match self.by_peer().get(&peer) {
+            Some((n, since)) if *n >= FAILURE_LIMIT && now < *since + FAILURE_WINDOW => {
+                Some(*since + FAILURE_WINDOW - now)
+            }
+            _ => None,
+        }
+    }
+
+    /// Counts one failed authentication from `peer`.
+    pub fn failed(&self, peer: std::net::IpAddr) {
+        let now = Instant::now();
+        let mut by_peer = self.by_peer();
+        if by_peer.len() >= MAX_PEERS {
+            by_peer.retain(|_, (_, since)| now < *since + FAILURE_WINDOW);
+        }
+        let entry = by_peer.entry(peer).or_insert((0, now));
+        if now >= entry.1 + FAILURE_WINDOW {
+            *entry = (0, now);
+        }
+        entry.0 += 1;
+    }
+}

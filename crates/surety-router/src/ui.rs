@@ -229,10 +229,15 @@ struct SignIn {
 
 async fn sign_in(
     State(state): State<AppState>,
+    peer: Option<axum::Extension<crate::listen::Peer>>,
     headers: HeaderMap,
     Form(form): Form<SignIn>,
 ) -> Response {
     use subtle::ConstantTimeEq;
+    let peer = peer.map(|axum::Extension(p)| p.0);
+    if let Some(wait) = peer.and_then(|p| state.inner.failures.blocked(p)) {
+        return crate::extract::too_many_failures(wait).into_response();
+    }
     let expected = cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
     if expected.is_empty() || !bool::from(expected.as_bytes().ct_eq(form.csrf.as_bytes())) {
         return sign_in_form(
@@ -251,7 +256,12 @@ async fn sign_in(
     };
     let hash = match refused {
         Ok(hash) => hash,
-        Err((status, error)) => return sign_in_form(&state, status, Some(error)),
+        Err((status, error)) => {
+            if let Some(peer) = peer {
+                state.inner.failures.failed(peer);
+            }
+            return sign_in_form(&state, status, Some(error));
+        }
     };
     let token = state.inner.sessions.start(&hash);
     let mut response = Redirect::to("/ui").into_response();
