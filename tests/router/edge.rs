@@ -349,4 +349,10 @@ async fn wrong_keys_are_rate_limited_per_address() {
     let (_fake, other) = Router::answering_english(&db, "").await;
     let (status, _) = other.get(ACME, "/v1/providers").await;
     assert_eq!(status, StatusCode::OK);
+    // Behind a proxy every client has one address: the limit can be turned off.
+    let (_fake, proxied) = Router::answering_english(&db, "max_failed_auth = 0\n").await;
+    for i in 0..25 {
+        let (status, _) = proxied.get(&format!("guess-{i}"), "/v1/providers").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}");
+    }
 }

@@ -48,6 +48,8 @@ struct RawServer {
     operator_session_ms: Option<u64>,
     /// Mark the operator's cookies `Secure` (behind TLS).
     secure_cookies: Option<bool>,
+    /// Failed authentications an address may make in 10 s (0: no limit).
+    max_failed_auth: Option<u32>,
 }
 
 /// `[server]` and `[[api_keys]]` as written.
@@ -115,6 +117,8 @@ const DEFAULT_DATABASE_CONNECTIONS: u32 = 16;
 /// Connections open at once by default: well within a default file
 /// descriptor limit, far past what the clients of one router hold.
 const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Failed authentications an address may make in 10 s, by default.
+const DEFAULT_MAX_FAILED_AUTH: u32 = 20;
 
 /// A provider's own request timeout, where the file sets one, is at most
 /// the attempt's: past it the attempt ends `unknown` first, and the
@@ -189,6 +193,8 @@ pub struct RouterConfig {
     pub operator_session: Duration,
     /// The operator's cookies are sent only over TLS.
     pub secure_cookies: bool,
+    /// Failed authentications an address may make in 10 s; `None`: no limit.
+    pub max_failed_auth: Option<u32>,
     pub late_result_window: Duration,
     pub lease: Duration,
     pub max_body_bytes: usize,
@@ -380,6 +386,11 @@ impl RouterConfig {
                 8 * 60 * 60 * 1000,
             )?,
             secure_cookies: raw.server.secure_cookies.unwrap_or(false),
+            max_failed_auth: match raw.server.max_failed_auth {
+                None => Some(DEFAULT_MAX_FAILED_AUTH),
+                Some(0) => None,
+                Some(n) => Some(n),
+            },
             listening: crate::Listening {
                 max_connections,
                 request_read_timeout: ms(

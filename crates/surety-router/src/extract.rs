@@ -135,8 +135,7 @@ pub fn too_many_failures(wait: std::time::Duration) -> ApiError {
         ..ApiError::new(
             Problem::RateLimited,
             format!(
-                "too many failed authentications from this address ({} in {} s); wait and try again",
-                crate::session::FAILURE_LIMIT,
+                "too many failed authentications from this address (the limit is per {} s); wait and try again",
                 crate::session::FAILURE_WINDOW.as_secs()
             ),
         )

@@ -310,7 +310,7 @@ impl AppState {
                 listening: config.listening,
                 settled: Arc::default(),
                 sessions: session::Sessions::new(config.operator_session),
-                failures: session::Failures::default(),
+                failures: session::Failures::new(config.max_failed_auth),
                 secure_cookies: config.secure_cookies,
             }),
         })

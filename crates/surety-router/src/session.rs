@@ -135,22 +135,33 @@ mod tests {
 }
 
 /// Failed authentications (an unknown API key, a refused sign-in) per
-/// client address: past `LIMIT` in a `WINDOW`, that address is refused
+/// client address: past the limit (`max_failed_auth`) in a `FAILURE_WINDOW`, that address is refused
 /// before its key is even looked at, until the window ends, so keys cannot
 /// be guessed at the speed of the network.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Failures {
+    /// How many an address may make in a window; `None`: no limit.
+    limit: Option<u32>,
     by_peer: Mutex<HashMap<std::net::IpAddr, (u32, Instant)>>,
 }
 
-/// How many failed authentications an address may make in a window.
-pub const FAILURE_LIMIT: u32 = 20;
 /// The window failed authentications are counted in.
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 /// The most addresses tracked at once; past it the oldest window goes.
 const MAX_PEERS: usize = 100_000;
 
 impl Failures {
+    pub fn new(limit: Option<u32>) -> Failures {
+        Failures {
+            limit,
+            by_peer: Mutex::default(),
+        }
+    }
+
+    pub fn limit(&self) -> Option<u32> {
+        self.limit
+    }
+
     fn by_peer(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, (u32, Instant)>> {
         self.by_peer
             .lock()
@@ -159,9 +170,10 @@ impl Failures {
 
     /// How long `peer` must wait before it may try again, if it is over the limit.
     pub fn blocked(&self, peer: std::net::IpAddr) -> Option<Duration> {
+        let limit = self.limit?;
         let now = Instant::now();
         match self.by_peer().get(&peer) {
-            Some((n, since)) if *n >= FAILURE_LIMIT && now < *since + FAILURE_WINDOW => {
+            Some((n, since)) if *n >= limit && now < *since + FAILURE_WINDOW => {
                 Some(*since + FAILURE_WINDOW - now)
             }
             _ => None,
@@ -170,6 +182,9 @@ impl Failures {
 
     /// Counts one failed authentication from `peer`.
     pub fn failed(&self, peer: std::net::IpAddr) {
+        if self.limit.is_none() {
+            return;
+        }
         let now = Instant::now();
         let mut by_peer = self.by_peer();
         if by_peer.len() >= MAX_PEERS {
