@@ -511,3 +511,52 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tidy {
+    //! What every source file of the workspace keeps, read from the tree.
+
+    use std::path::{Path, PathBuf};
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if path.is_dir() && !name.starts_with('.') && name != "target" {
+                rust_files(&path, out);
+            } else if name.ends_with(".rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Every Rust file opens with a `//!` line saying what it is for.
+    #[test]
+    fn every_source_file_says_what_it_is_for() {
+        let root = super::workspace_root();
+        let mut files = Vec::new();
+        for dir in ["crates", "tests", "xtask"] {
+            rust_files(&root.join(dir), &mut files);
+        }
+        assert!(files.len() > 50, "the tree was read: {} files", files.len());
+        let silent: Vec<String> = files
+            .iter()
+            .filter(|f| {
+                !std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .starts_with("//!")
+            })
+            .map(|f| f.display().to_string())
+            .collect();
+        assert!(
+            silent.is_empty(),
+            "files without a `//!` first line: {silent:#?}"
+        );
+    }
+}
