@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use surety_tests::{Engine, TestDb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect};
+use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect, until};
 
 /// Far past any timeout the tests set; only a broken edge waits this long.
 const BOUND: Duration = Duration::from_secs(15);
@@ -282,19 +282,13 @@ async fn one_owners_waits_cannot_hold_every_connection() {
         }));
     }
     // Every one of them is in: admitted (its provider called) or turned away.
-    let handled = tokio::time::timeout(BOUND, async {
-        loop {
-            let limited = router.metric("surety_rate_limited_total").await as u64;
-            if fake.calls() + limited >= 16 {
-                return (fake.calls(), limited);
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("every wait was taken or turned away");
+    let limited = || router.state.inner.metrics.rate_limited.get();
+    assert!(
+        until(async || fake.calls() + limited() >= 16).await,
+        "every wait was taken or turned away"
+    );
     assert_eq!(
-        handled,
+        (fake.calls(), limited()),
         (4, 12),
         "a quarter of 16 connections for one owner"
     );

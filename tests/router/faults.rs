@@ -9,22 +9,11 @@ use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider, Script, When};
 use surety_tests::{Engine, TestDb};
 
-use crate::harness::{ACME, Router, detect};
+use crate::harness::{ACME, Router, detect, until};
 
 const ENGLISH: &str = r#"{"language": "english"}"#;
 /// Long enough for anything here; reaching it fails the test.
 const BOUND: Duration = Duration::from_secs(20);
-
-/// Waits (yielding) until `ready` says so; false when `BOUND` passes first.
-async fn until(mut ready: impl AsyncFnMut() -> bool) -> bool {
-    tokio::time::timeout(BOUND, async {
-        while !ready().await {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .is_ok()
-}
 
 fn assert_problem(
     status: StatusCode,

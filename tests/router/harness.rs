@@ -296,3 +296,14 @@ impl Router {
 pub fn detect(text: &str) -> Value {
     json!({"route": "language", "input": {"text": text}})
 }
+
+/// Waits (yielding) until `ready` says so; false when 20 s pass first.
+pub async fn until(mut ready: impl AsyncFnMut() -> bool) -> bool {
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while !ready().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .is_ok()
+}

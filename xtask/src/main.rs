@@ -131,11 +131,7 @@ fn test(root: &Path) -> Result<()> {
     env.push(("SURETY_CHROMIUM", &chromium));
     // Where skipped tests say so (`surety_tests::skipped`), past libtest's capture.
     let skips = target_dir(root).join("test-skips.txt");
-    match std::fs::remove_file(&skips) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("removing {}", skips.display())),
-    }
+    remove_if_present(&skips)?;
     let skips_env = skips.to_string_lossy().into_owned();
     env.push(("SURETY_SKIPS", &skips_env));
     // A snapshot that changed, or a new one, fails until it is reviewed.
@@ -219,13 +215,10 @@ fn certify(root: &Path, args: &[&str]) -> Result<()> {
         // Its connection resets are not the model's answers: the manifest
         // is put back as it was, and the run could not be made (exit 2).
         match &before {
-            Some(bytes) => std::fs::write(&manifest, bytes),
-            None => std::fs::remove_file(&manifest).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            }),
+            Some(bytes) => std::fs::write(&manifest, bytes)
+                .with_context(|| format!("restoring {}", manifest.display()))?,
+            None => remove_if_present(&manifest)?,
         }
-        .with_context(|| format!("restoring {}", manifest.display()))?;
         eprintln!(
             "error: {notice}\nthe certification ran against a dead server; {} is left as it was",
             manifest.display()
@@ -235,6 +228,15 @@ fn certify(root: &Path, args: &[&str]) -> Result<()> {
     // Stop the server before leaving with the harness's status.
     drop(server);
     exit_with(code)
+}
+
+/// Removes `path`; one that is not there is already removed.
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
+    }
 }
 
 /// The manifest `certify` writes: `--manifest FILE`, else the default.

@@ -150,19 +150,12 @@ impl AnthropicProvider {
             }
         }
         let stop_reason = wire.stop_reason;
-        if stop_reason.as_deref() == Some("refusal") {
-            return Err(ProviderError::new(
-                &self.config.id,
-                crate::FailureKind::Refused,
-                self.http.scrub(&format!("the model refused: {text}")),
-            ));
-        }
-        let finish = crate::kinds::ANTHROPIC
-            .finish(&self.config.id, stop_reason.as_deref(), Some(&text))
-            .map_err(|mut e| {
-                e.message = self.http.scrub(&e.message);
-                e
-            })?;
+        // `refusal` is a refusal in the model's words, from the kind's table.
+        let finish = self.http.finish(
+            &crate::kinds::ANTHROPIC,
+            stop_reason.as_deref(),
+            Some(&text),
+        )?;
         let truncated = finish == crate::Finish::Truncated;
         let json = match (&request.output, mode) {
             (OutputFormat::Text, _) => None,

@@ -172,16 +172,11 @@ impl GeminiProvider {
             .next()
             .ok_or_else(|| self.http.bad_response("the response has no candidates"))?;
         let finish_reason = candidate.finish_reason;
-        let finish = crate::kinds::GEMINI
-            .finish(
-                &self.config.id,
-                finish_reason.as_deref(),
-                candidate.finish_message.as_deref(),
-            )
-            .map_err(|mut e| {
-                e.message = self.http.scrub(&e.message);
-                e
-            })?;
+        let finish = self.http.finish(
+            &crate::kinds::GEMINI,
+            finish_reason.as_deref(),
+            candidate.finish_message.as_deref(),
+        )?;
         // The answer is the parts that are not thoughts: a thinking model
         // sends its reasoning as parts flagged `thought`.
         let text: String = candidate

@@ -239,6 +239,20 @@ impl HttpClient {
         Some(error)
     }
 
+    /// An answer's finish reason read against its kind's table
+    /// ([`crate::kinds::KindSpec::finish`]), the failure scrubbed of the key.
+    pub(crate) fn finish(
+        &self,
+        kind: &crate::kinds::KindSpec,
+        reason: Option<&str>,
+        words: Option<&str>,
+    ) -> Result<crate::Finish, ProviderError> {
+        kind.finish(&self.provider, reason, words).map_err(|mut e| {
+            e.message = self.scrub(&e.message);
+            e
+        })
+    }
+
     /// A definite failure for a 2xx answer that does not fit the request.
     pub(crate) fn bad_response(&self, message: impl Into<String>) -> ProviderError {
         ProviderError::new(

@@ -133,12 +133,9 @@ impl OpenAiProvider {
         let finish_reason = choice.finish_reason;
         // A filtered answer is no answer, whatever its JSON; an unknown
         // reason is never taken for one.
-        let finish = crate::kinds::OPENAI
-            .finish(&self.config.id, finish_reason.as_deref(), None)
-            .map_err(|mut e| {
-                e.message = self.http.scrub(&e.message);
-                e
-            })?;
+        let finish = self
+            .http
+            .finish(&crate::kinds::OPENAI, finish_reason.as_deref(), None)?;
         let (json, structured_mode) = match &request.output {
             OutputFormat::Text => (None, None),
             OutputFormat::Json { .. } => {

@@ -143,6 +143,11 @@ async fn body_deadline(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    use http_body::Body as _;
+    // A request with no body (most reads) has nothing to wait for.
+    if request.body().is_end_stream() {
+        return next.run(request).await;
+    }
     let deadline = tokio::time::Instant::now() + limit;
     let (parts, body) = request.into_parts();
     let body = axum::body::Body::new(crate::listen::DeadlineBody::new(body, deadline, limit));

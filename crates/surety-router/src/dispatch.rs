@@ -173,10 +173,7 @@ async fn run(state: &AppState, drive: Drive) {
             )
         };
         let contract = &drive.served.contract;
-        let hedge_at = drive
-            .providers
-            .get(i + 1)
-            .filter(|_| contract.hedgeable() && drive.route.hedge_after.is_some());
+        let hedge_at = drive.providers.get(i + 1).filter(|_| contract.hedgeable());
         let end = match (drive.route.hedge_after, hedge_at) {
             (Some(after), Some(hedge_provider)) => {
                 let primary = attempt_at(handle_now, &at, i);
@@ -474,11 +471,10 @@ async fn record(
 ) -> End {
     let metrics = &state.inner.metrics;
     let contract = &judge.served.contract;
-    // Asked as this attempt ends, just before the next would start.
-    let next = judge.next(state);
+    // `give_up` is settled below, once the outcome is known to be a failure.
     let failed = |error: String| Outcome::Failed {
         error,
-        give_up: next.is_none(),
+        give_up: false,
     };
     if let Ok(response) = &result {
         // Every answered call's tokens, whatever becomes of the answer.
@@ -492,7 +488,7 @@ async fn record(
                 .inc_by(n);
         }
     }
-    let outcome = match result {
+    let mut outcome = match result {
         Ok(response) if !judge.models.contains(&response.model) => {
             metrics
                 .model_drift
@@ -549,6 +545,16 @@ async fn record(
             mark_unknown(state, handle, &e.to_string()).await;
             return End::Unknown;
         }
+    };
+    // Where a failure goes is asked as this attempt ends, just before the
+    // next would start; a success asks nothing.
+    let next = match &mut outcome {
+        Outcome::Failed { give_up, .. } => {
+            let next = judge.next(state);
+            *give_up = next.is_none();
+            next
+        }
+        _ => None,
     };
     match finish_held(state, handle, outcome).await {
         Ok(Finish::Won(_)) => {

@@ -30,7 +30,7 @@ pub struct Admitted(
         dead_code,
         reason = "held, not read: dropping it frees the owner's slot"
     )]
-    Option<tokio::sync::OwnedSemaphorePermit>,
+    tokio::sync::OwnedSemaphorePermit,
 );
 
 impl FromRequestParts<AppState> for Caller {
@@ -64,17 +64,25 @@ fn admit(state: &AppState, owner: &str) -> Result<Admitted, ApiError> {
             )
         });
     }
-    let Some((most, in_flight)) = &limits.in_flight else {
-        return Ok(Admitted(None));
-    };
-    let gate = in_flight
-        .lock()
+    let most = limits.most_in_flight;
+    let known = limits
+        .gates
+        .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .entry(owner.to_owned())
-        .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(*most)))
-        .clone();
+        .get(owner)
+        .cloned();
+    let gate = match known {
+        Some(gate) => gate,
+        None => limits
+            .gates
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(owner.to_owned())
+            .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(most)))
+            .clone(),
+    };
     match gate.try_acquire_owned() {
-        Ok(permit) => Ok(Admitted(Some(permit))),
+        Ok(permit) => Ok(Admitted(permit)),
         Err(_) => {
             state.inner.metrics.rate_limited.inc();
             Err(ApiError {
@@ -146,11 +154,10 @@ pub fn too_many_failures(wait: std::time::Duration) -> ApiError {
 /// lookup of keys, for the API and the operator's sign-in alike. Every
 /// configured digest is compared, in constant time, whichever matches.
 pub fn api_key(state: &AppState, token: &str) -> Option<(String, ApiKey)> {
-    use subtle::ConstantTimeEq;
     let hash = hex::encode(Sha256::digest(token.as_bytes()));
     let mut found = None;
     for (stored, key) in &state.inner.api_keys {
-        if bool::from(stored.as_bytes().ct_eq(hash.as_bytes())) {
+        if crate::session::same_token(stored, &hash) {
             found = Some((stored.clone(), key.clone()));
         }
     }

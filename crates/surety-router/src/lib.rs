@@ -123,27 +123,30 @@ pub struct ServedContract {
 }
 
 /// Per-owner limits: a keyed rate limiter (GCRA), and a semaphore per
-/// owner counting its requests in flight.
-#[derive(Debug, Default)]
+/// owner counting its requests in flight (every owner has one).
+#[derive(Debug)]
 pub struct Limits {
     pub rate: Option<governor::DefaultKeyedRateLimiter<String>>,
-    /// The most requests in flight per owner, and each owner's gate.
-    pub in_flight: Option<(usize, Gates)>,
+    /// The most requests in flight per owner.
+    pub most_in_flight: usize,
+    /// Each owner's gate, made on its first request; read-locked on every
+    /// request, write-locked only to make a new owner's.
+    pub gates: Gates,
 }
 
 /// A semaphore per owner, made on its first request.
-pub type Gates = std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>;
+pub type Gates = std::sync::RwLock<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>;
 
 impl Limits {
     fn from_config(config: &RouterConfig) -> Limits {
         let rate = config.owner_rate.map(|(per_second, burst)| {
             governor::RateLimiter::keyed(governor::Quota::per_second(per_second).allow_burst(burst))
         });
-        let in_flight = Some((
-            config.owner_max_in_flight.get() as usize,
-            std::sync::Mutex::default(),
-        ));
-        Limits { rate, in_flight }
+        Limits {
+            rate,
+            most_in_flight: config.owner_max_in_flight.get() as usize,
+            gates: Gates::default(),
+        }
     }
 }
 

@@ -32,8 +32,14 @@ pub struct Session {
 impl Session {
     /// Whether `token` is this session's CSRF token (constant time).
     pub fn csrf_matches(&self, token: &str) -> bool {
-        bool::from(self.csrf.as_bytes().ct_eq(token.as_bytes()))
+        same_token(&self.csrf, token)
     }
+}
+
+/// Whether two secrets (tokens, key digests) are equal, compared in
+/// constant time.
+pub fn same_token(a: &str, b: &str) -> bool {
+    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 #[derive(Debug)]
@@ -142,7 +148,8 @@ mod tests {
 pub struct Failures {
     /// How many an address may make in a window; `None`: no limit.
     limit: Option<u32>,
-    by_peer: Mutex<HashMap<std::net::IpAddr, (u32, Instant)>>,
+    /// Read-locked on every authenticated request, write-locked on a failure.
+    by_peer: std::sync::RwLock<HashMap<std::net::IpAddr, (u32, Instant)>>,
 }
 
 /// The window failed authentications are counted in.
@@ -154,7 +161,7 @@ impl Failures {
     pub fn new(limit: Option<u32>) -> Failures {
         Failures {
             limit,
-            by_peer: Mutex::default(),
+            by_peer: std::sync::RwLock::default(),
         }
     }
 
@@ -162,17 +169,15 @@ impl Failures {
         self.limit
     }
 
-    fn by_peer(&self) -> std::sync::MutexGuard<'_, HashMap<std::net::IpAddr, (u32, Instant)>> {
-        self.by_peer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// How long `peer` must wait before it may try again, if it is over the limit.
     pub fn blocked(&self, peer: std::net::IpAddr) -> Option<Duration> {
         let limit = self.limit?;
         let now = Instant::now();
-        match self.by_peer().get(&peer) {
+        let by_peer = self
+            .by_peer
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match by_peer.get(&peer) {
             Some((n, since)) if *n >= limit && now < *since + FAILURE_WINDOW => {
                 Some(*since + FAILURE_WINDOW - now)
             }
@@ -186,7 +191,10 @@ impl Failures {
             return;
         }
         let now = Instant::now();
-        let mut by_peer = self.by_peer();
+        let mut by_peer = self
+            .by_peer
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if by_peer.len() >= MAX_PEERS {
             by_peer.retain(|_, (_, since)| now < *since + FAILURE_WINDOW);
         }

@@ -116,16 +116,14 @@ fn page(status: StatusCode, name: &str, context: Value) -> Response {
 /// A signed-in admin.
 struct Operator {
     /// The session's token, as its cookie carries it.
-    session: String,
-    /// The token every form that changes something must carry: the
-    /// session's own.
-    csrf_of: crate::session::Session,
+    token: String,
+    /// The session, whose CSRF token every form that changes something
+    /// must carry.
+    session: crate::session::Session,
     owner: OwnerId,
     /// Whose jobs the pages show: the key's owner's, or (`None`) every
     /// owner's, for a key marked `all_owners`.
     scope: Option<OwnerId>,
-    /// The token every form that changes something must carry.
-    csrf: String,
 }
 
 impl Operator {
@@ -134,7 +132,7 @@ impl Operator {
             Some(owner) => owner.0.clone(),
             None => "every owner".to_owned(),
         };
-        json!({"owner": self.owner.0, "scope": scope, "csrf": self.csrf})
+        json!({"owner": self.owner.0, "scope": scope, "csrf": self.session.csrf})
     }
 
     /// The owner of `job_id` this operator may see: the scope's, or the
@@ -169,11 +167,10 @@ fn operator(state: &AppState, headers: &HeaderMap) -> Option<Operator> {
         .filter(|k| k.admin)?;
     let owner = OwnerId(found.owner.clone());
     Some(Operator {
-        session: token.to_owned(),
+        token: token.to_owned(),
         scope: (!found.all_owners).then(|| owner.clone()),
         owner,
-        csrf: session.csrf.clone(),
-        csrf_of: session,
+        session,
     })
 }
 
@@ -233,13 +230,12 @@ async fn sign_in(
     headers: HeaderMap,
     Form(form): Form<SignIn>,
 ) -> Response {
-    use subtle::ConstantTimeEq;
     let peer = peer.map(|axum::Extension(p)| p.0);
     if let Some(wait) = peer.and_then(|p| state.inner.failures.blocked(p)) {
         return crate::extract::too_many_failures(wait).into_response();
     }
     let expected = cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
-    if expected.is_empty() || !bool::from(expected.as_bytes().ct_eq(form.csrf.as_bytes())) {
+    if expected.is_empty() || !crate::session::same_token(expected, &form.csrf) {
         return sign_in_form(
             &state,
             StatusCode::FORBIDDEN,
@@ -295,7 +291,7 @@ async fn sign_out(
         Err(refused) => return refused.into_response(),
     };
     // The session ends here: a copy of its cookie opens nothing after.
-    state.inner.sessions.end(&op.session);
+    state.inner.sessions.end(&op.token);
     let mut response = to_sign_in();
     if let Some(value) = set_cookie(&state, COOKIE, "", "/ui", 0) {
         response.headers_mut().insert(header::SET_COOKIE, value);
@@ -650,7 +646,7 @@ fn answered(
 /// The operator of a form that changes something, if its token matches.
 fn acting(state: &AppState, headers: &HeaderMap, form: &Token) -> Result<Operator, Refused> {
     let op = operator(state, headers).ok_or(Refused::NotSignedIn)?;
-    match op.csrf_of.csrf_matches(&form.csrf) {
+    match op.session.csrf_matches(&form.csrf) {
         true => Ok(op),
         false => Err(Refused::Forged),
     }
