@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use surety_router::config::RouterConfig;
+use surety_router::RouterConfig;
 
 /// The fenced `toml` blocks of a Markdown page.
 fn toml_blocks(page: &str) -> Vec<String> {

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use surety_providers::config::{ConfigError, ProviderConfig, Route, SuretyFile};
+use surety_config::{ConfigError, Route, SuretyFile};
+use surety_providers::config::ProviderConfig;
 
 /// Providers and routes, validated against each other.
 #[derive(Debug, Clone)]

@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use config::{
-    ConfigError, Facade, ProviderConfig, ProviderKind, ProvidersConfig, Route, SuretyFile,
-    TokenizerConfig, build_provider, build_provider_with,
+    ConfigError, ProviderConfig, ProviderKind, ProvidersConfig, TokenizerConfig, build_provider,
+    build_provider_with,
 };
 pub use failure::{FailureClass, FailureKind, Finish, ProviderError};
 pub use secret::Secret;

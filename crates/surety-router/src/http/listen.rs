@@ -4,7 +4,7 @@
 //! `request_read_timeout` to send a request's headers — an idle keep-alive
 //! connection too — before its connection is closed (slowloris, idle
 //! floods). The whole body then has the same time, however its bytes are
-//! paced ([`DeadlineBody`], laid over every request in `api::app`). On shutdown, the loop stops accepting and hands back the
+//! paced ([`DeadlineBody`], laid over every request in `app`). On shutdown, the loop stops accepting and hands back the
 //! handle that closes every open connection gracefully.
 
 use std::future::Future;
@@ -18,16 +18,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 
+use crate::config::Listening;
+
 /// The address a request's connection came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer(pub std::net::IpAddr);
-
-/// How the router takes connections.
-#[derive(Debug, Clone, Copy)]
-pub struct Listening {
-    pub max_connections: usize,
-    pub request_read_timeout: Duration,
-}
 
 /// Accepts connections on `listener` and serves `app` on each until
 /// `shutdown` completes; returns the handle that closes them.

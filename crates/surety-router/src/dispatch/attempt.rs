@@ -1,241 +1,24 @@
-//! Driving a job: an attempt at the first eligible provider of its route; a
-//! definite failure moves to the next eligible one; a timeout makes the
-//! attempt (and the job) `unknown` and stops there, while the router keeps
-//! listening for the late result, which goes through compare-and-swap like
-//! any other. Hedging starts one extra attempt after `hedge_after`, only for
-//! contracts without side effects.
+//! One attempt: the provider call under the attempt's lease and timeout,
+//! its heartbeat, and what becomes of its result: judged by the harness's
+//! own check against the contract and for drift from the certified
+//! models, recorded by compare-and-swap, held for the window of a late
+//! answer, or `unknown`; and where a failure fails over to.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use surety_manifest::{Current, Eligibility};
 use surety_providers::{
     CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
 };
-use surety_store::{Answer, AttemptHandle, Finish, JobId, Outcome, OwnerId, Slot, StartAttempt};
-use tracing::Instrument;
+use surety_store::{Answer, AttemptHandle, Finish, Outcome};
 
-use crate::config::Route;
-use crate::{AppState, Drift, ServedContract};
-
-/// How one attempt ended, for the dispatcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
-    Won,
-    Lost,
-    /// A definite failure, with the provider to fail over to: the next of
-    /// the job's providers that is eligible as the attempt ended, and its
-    /// place in the list (`None`: none is, and the job failed).
-    Failed(Option<(usize, Eligible)>),
-    Unknown,
-}
-
-/// A provider the manifest certifies for a job's contract, as it is now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Eligible {
-    pub id: String,
-    /// The model ids its certificate saw answer: an answer from any other is drift.
-    pub models: Arc<[String]>,
-}
-
-/// Whether `provider` may serve `contract` now: its manifest entry must be
-/// certified for the contract's digest and rendered prompts and for the
-/// provider's configured behaviour, and not expired. With it, the model ids
-/// the certificate saw answer.
-pub fn eligibility(
-    state: &AppState,
-    provider: &str,
-    contract: &ServedContract,
-) -> (Eligibility, Vec<String>) {
-    let (Some(served), Some(manifest)) = (
-        state.inner.providers.get(provider),
-        state.inner.manifest.current(),
-    ) else {
-        return (Eligibility::Missing, Vec::new());
-    };
-    let current = Current {
-        contract_digest: &contract.contract.digest,
-        prompt_digest: &contract.prompt_digest,
-        provider: &served.behaviour,
-    };
-    let id = &contract.contract.id;
-    let verdict = manifest.eligibility(provider, id, &current, time::OffsetDateTime::now_utc());
-    let models = manifest
-        .entry(provider, id)
-        .map(|e| e.served_model.response_models.clone())
-        .unwrap_or_default();
-    (verdict, models)
-}
-
-/// `provider` with its certified models, if it is eligible for `served` now.
-fn eligible_now(state: &AppState, provider: &str, served: &ServedContract) -> Option<Eligible> {
-    match eligibility(state, provider, served) {
-        (Eligibility::Certified, models) => Some(Eligible {
-            id: provider.to_owned(),
-            models: models.into(),
-        }),
-        (other, _) => {
-            tracing::warn!(provider = %provider, contract = %served.contract.id, reason = %other, "no longer eligible: no attempt starts there");
-            None
-        }
-    }
-}
-
-/// The route's providers that may serve its contract now, in the route's
-/// order, with why each of the others may not.
-pub fn eligible(
-    state: &AppState,
-    route: &Route,
-    contract: &ServedContract,
-) -> (Vec<Eligible>, Vec<String>) {
-    let mut ok = Vec::new();
-    let mut why_not = Vec::new();
-    for provider in &route.providers {
-        match eligibility(state, provider, contract) {
-            (Eligibility::Certified, models) => ok.push(Eligible {
-                id: provider.clone(),
-                models: models.into(),
-            }),
-            (other, _) => why_not.push(format!("{provider}: {other}")),
-        }
-    }
-    (ok, why_not)
-}
-
-/// What drives one job.
-#[derive(Debug, Clone)]
-pub struct Drive {
-    pub owner: OwnerId,
-    pub job_id: JobId,
-    pub route: Route,
-    pub served: Arc<ServedContract>,
-    /// What every attempt sends: the contract's rendered prompt (or, on an
-    /// output-only facade route, the client's messages). Each attempt's
-    /// request is built from them by `surety_exchange::request`, the
-    /// harness's own builder, for its provider.
-    pub messages: Vec<Message>,
-    /// An attempt already started (with the job, or by a retry), at `providers[0]`.
-    pub first: Option<AttemptHandle>,
-    /// The route's providers eligible when the job was taken, in order.
-    /// Each later attempt asks again, as the manifest and the configuration
-    /// are when it starts: a certificate that lapsed or a provider
-    /// reconfigured since is not tried.
-    pub providers: Arc<[Eligible]>,
-}
-
-pub fn spawn(state: AppState, drive: Drive) {
-    let tasks = state.inner.tasks.clone();
-    let span = tracing::info_span!("job", job_id = %drive.job_id);
-    tasks.spawn(
-        async move {
-            let job_id = drive.job_id.clone();
-            run(&state, drive).await;
-            state.inner.settled.notify(&job_id);
-        }
-        .instrument(span),
-    );
-}
-
-async fn run(state: &AppState, drive: Drive) {
-    let mut handle = drive.first.clone();
-    // The first attempt was started at `providers[0]` as the job was taken;
-    // without one, the first provider eligible now.
-    let found = match &handle {
-        Some(_) => drive.providers.first().cloned().map(|p| (0, p)),
-        None => drive
-            .providers
-            .iter()
-            .enumerate()
-            .find_map(|(i, p)| eligible_now(state, &p.id, &drive.served).map(|now| (i, now))),
-    };
-    let Some((mut i, mut at)) = found else {
-        return;
-    };
-    loop {
-        let handle_now = match handle.take() {
-            Some(handle) => handle,
-            None => match start(state, &drive, &at.id, Slot::Primary).await {
-                Some(handle) => handle,
-                None => return,
-            },
-        };
-        let attempt_at = |handle: AttemptHandle, at: &Eligible, place: usize| {
-            attempt(
-                state.clone(),
-                handle,
-                drive.messages.clone(),
-                Judge {
-                    served: drive.served.clone(),
-                    models: at.models.clone(),
-                    providers: drive.providers.clone(),
-                    place,
-                },
-            )
-        };
-        let contract = &drive.served.contract;
-        let hedge_at = drive.providers.get(i + 1).filter(|_| contract.hedgeable());
-        let end = match (drive.route.hedge_after, hedge_at) {
-            (Some(after), Some(hedge_provider)) => {
-                let primary = attempt_at(handle_now, &at, i);
-                tokio::pin!(primary);
-                tokio::select! {
-                    end = &mut primary => end,
-                    () = tokio::time::sleep(after) => {
-                        // The hedge asks for eligibility as it starts, too.
-                        match eligible_now(state, &hedge_provider.id, &drive.served) {
-                            None => primary.await,
-                            Some(hedge_provider) => {
-                                let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {
-                                    return;
-                                };
-                                let hedged = attempt_at(hedge, &hedge_provider, i + 1);
-                                let (a, b) = tokio::join!(primary, hedged);
-                                match (a, b) {
-                                    (End::Failed(_), End::Failed(next)) => End::Failed(next),
-                                    (End::Failed(_), other) | (other, _) => other,
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            _ => attempt_at(handle_now, &at, i).await,
-        };
-        match end {
-            End::Won | End::Lost | End::Unknown | End::Failed(None) => return,
-            End::Failed(Some((next, now))) => (i, at) = (next, now),
-        }
-    }
-}
-
-async fn start(
-    state: &AppState,
-    drive: &Drive,
-    provider: &str,
-    slot: Slot,
-) -> Option<AttemptHandle> {
-    let start = StartAttempt {
-        provider: provider.to_owned(),
-        slot,
-        lease: state.inner.lease,
-    };
-    match state
-        .inner
-        .store
-        .start_attempt(&drive.owner, &drive.job_id, &start)
-        .await
-    {
-        Ok(handle) => Some(handle),
-        Err(e) => {
-            tracing::info!(job_id = %drive.job_id, error = %e, "no attempt started");
-            None
-        }
-    }
-}
+use super::End;
+use crate::certification::{Drift, Eligible, ServedContract};
+use crate::state::AppState;
 
 /// Runs one attempt to its end: heartbeats its lease, calls the provider,
 /// and records the outcome.
-async fn attempt(
+pub(super) async fn attempt(
     state: AppState,
     handle: AttemptHandle,
     messages: Vec<Message>,
@@ -258,14 +41,14 @@ async fn attempt(
         let (state, handle) = (state.clone(), handle.clone());
         let tasks = state.inner.tasks.clone();
         tasks.spawn(async move {
-            let mut tick = tokio::time::interval(state.inner.lease / 3);
+            let mut tick = tokio::time::interval(state.inner.settings.lease / 3);
             tick.tick().await;
             loop {
                 tick.tick().await;
                 match state
                     .inner
                     .store
-                    .heartbeat(&handle, state.inner.lease)
+                    .heartbeat(&handle, state.inner.settings.lease)
                     .await
                 {
                     Ok(_) => {}
@@ -283,7 +66,7 @@ async fn attempt(
         .inner
         .tasks
         .spawn(call_provider(provider, request, call));
-    let outcome = tokio::time::timeout(state.inner.attempt_timeout, &mut task).await;
+    let outcome = tokio::time::timeout(state.inner.settings.attempt_timeout, &mut task).await;
     heartbeat.abort();
     state
         .inner
@@ -298,7 +81,7 @@ async fn attempt(
             End::Unknown
         }
         Err(_) => {
-            let waited = state.inner.attempt_timeout;
+            let waited = state.inner.settings.attempt_timeout;
             mark_unknown(
                 &state,
                 &handle,
@@ -309,7 +92,7 @@ async fn attempt(
             let late = state.clone();
             state.inner.tasks.spawn(async move {
                 if let Ok(Ok(result)) =
-                    tokio::time::timeout(late.inner.late_result_window, task).await
+                    tokio::time::timeout(late.inner.settings.late_result_window, task).await
                 {
                     tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "late result arrived");
                     record(&late, &handle, result, &judge).await;
@@ -330,7 +113,7 @@ async fn finish_held(
     handle: &AttemptHandle,
     outcome: Outcome,
 ) -> Result<Finish, surety_store::StoreError> {
-    let deadline = tokio::time::Instant::now() + state.inner.late_result_window;
+    let deadline = tokio::time::Instant::now() + state.inner.settings.late_result_window;
     let mut backoff = Duration::from_millis(50);
     let mut held: Option<Held> = None;
     loop {
@@ -424,46 +207,38 @@ impl Drop for InFlight {
     }
 }
 
-/// How the provider answered, kept with the job: its usage, its finish
-/// reason (in OpenAI's words, and as the provider said it) and the model.
-fn completion(response: &ChatResponse) -> serde_json::Value {
-    serde_json::json!({
-        "usage": {
-            "prompt_tokens": response.usage.prompt_tokens,
-            "completion_tokens": response.usage.completion_tokens,
-        },
-        "finish_reason": response.finish_reason_word(),
-        "provider_finish_reason": response.finish_reason,
-        "model": response.model,
-    })
-}
-
 /// What an attempt's answer is judged by, and where a failure goes next.
-struct Judge {
-    served: Arc<ServedContract>,
+pub(super) struct Judge {
+    pub(super) served: Arc<ServedContract>,
     /// The model ids the provider's certificate saw answer.
-    models: Arc<[String]>,
+    pub(super) models: Arc<[String]>,
     /// The job's providers, and this attempt's place among them.
-    providers: Arc<[Eligible]>,
-    place: usize,
+    pub(super) providers: Arc<[Eligible]>,
+    pub(super) place: usize,
 }
 
 impl Judge {
     /// The next provider after this attempt's that is eligible now: where
     /// a definite failure fails over to. With none, the failure fails the job.
-    fn next(&self, state: &AppState) -> Option<(usize, Eligible)> {
+    pub(super) fn next(&self, state: &AppState) -> Option<(usize, Eligible)> {
         self.providers
             .iter()
             .enumerate()
             .skip(self.place + 1)
-            .find_map(|(i, p)| eligible_now(state, &p.id, &self.served).map(|now| (i, now)))
+            .find_map(|(i, p)| {
+                state
+                    .inner
+                    .certifier()
+                    .eligible_now(&p.id, &self.served)
+                    .map(|now| (i, now))
+            })
     }
 }
 
 /// Records what the provider said. An answer from a model the certificate
 /// did not see (drift) or that breaks the contract (the harness's own
 /// check) is a definite failure.
-async fn record(
+pub(super) async fn record(
     state: &AppState,
     handle: &AttemptHandle,
     result: Result<ChatResponse, ProviderError>,
@@ -587,4 +362,17 @@ async fn record(
             End::Lost
         }
     }
+}
+/// How the provider answered, kept with the job: its usage, its finish
+/// reason (in OpenAI's words, and as the provider said it) and the model.
+fn completion(response: &ChatResponse) -> serde_json::Value {
+    serde_json::json!({
+        "usage": {
+            "prompt_tokens": response.usage.prompt_tokens,
+            "completion_tokens": response.usage.completion_tokens,
+        },
+        "finish_reason": response.finish_reason_word(),
+        "provider_finish_reason": response.finish_reason,
+        "model": response.model,
+    })
 }

@@ -273,37 +273,67 @@ pub struct StreamOptionsDoc {
 /// A chat completion (`stream` off); with `stream` on, the same as
 /// server-sent `chat.completion.chunk` events, then `data: [DONE]`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ChatCompletionDoc {
+pub struct ChatCompletion {
     pub id: String,
     pub object: String,
     pub created: i64,
     pub model: String,
-    pub choices: Vec<ChoiceDoc>,
-    pub usage: UsageTotalsDoc,
+    pub choices: Vec<Choice>,
+    pub usage: UsageTotals,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ChoiceDoc {
+pub struct Choice {
     pub index: u32,
-    pub message: AnswerMessageDoc,
+    pub message: AnswerMessage,
     #[schema(value_type = Option<Object>)]
     pub logprobs: Option<Value>,
     pub finish_reason: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AnswerMessageDoc {
+pub struct AnswerMessage {
     pub role: String,
     /// The contract's JSON answer, as text.
     pub content: String,
     pub refusal: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-pub struct UsageTotalsDoc {
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UsageTotals {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+}
+
+/// One `chat.completion.chunk` of a streamed answer (the `data` of an event).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: String,
+    pub created: i64,
+    pub model: String,
+    pub choices: Vec<ChunkChoice>,
+    /// On the last chunk, when `stream_options.include_usage` asked for it.
+    pub usage: Option<UsageTotals>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub delta: Delta,
+    #[schema(value_type = Option<Object>)]
+    pub logprobs: Option<Value>,
+    pub finish_reason: Option<String>,
+}
+
+/// What a chunk adds: the role first, then pieces of the content.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
 }
 
 /// `/v1/models`: the routes.

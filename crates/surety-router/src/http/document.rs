@@ -6,7 +6,7 @@
 //! document calls valid is one the router accepts.
 
 use serde_json::{Value, json};
-use surety_providers::Facade;
+use surety_config::Facade;
 
 use crate::AppState;
 
@@ -106,7 +106,7 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
         *schema = json!({"oneOf": chats});
     }
     // The facade takes a request without a key only when the operator allows one-off jobs.
-    let keyless = state.inner.allow_keyless_chat;
+    let keyless = state.inner.settings.allow_keyless_chat;
     if let Some(Value::Array(params)) =
         doc.pointer_mut("/paths/~1v1~1chat~1completions/post/parameters")
     {
@@ -114,55 +114,7 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
             param["required"] = json!(!keyless);
         }
     }
-    database_outages(&mut doc);
     doc
-}
-
-/// The operations that reach the database, and whether they record
-/// something: each may answer 503 while the database is away, and those
-/// that record 507 when it is full (`error.rs`, `StoreError::outage`).
-const DATABASE_OPERATIONS: [(&str, &str, bool); 6] = [
-    ("/v1/jobs", "post", true),
-    ("/v1/jobs/{id}", "get", false),
-    ("/v1/jobs/{id}/attempts", "get", false),
-    ("/v1/jobs/{id}/retry", "post", true),
-    ("/v1/jobs/{id}/attempts/{n}/cancel", "post", true),
-    ("/v1/chat/completions", "post", true),
-];
-
-/// Adds the database's 503 and 507 to the operations that reach it, with
-/// the error body each operation's 401 already documents.
-fn database_outages(doc: &mut Value) {
-    for (path, method, records) in DATABASE_OPERATIONS {
-        let pointer = format!("/paths/{}/{method}/responses", path.replace('/', "~1"));
-        let Some(Value::Object(responses)) = doc.pointer_mut(&pointer) else {
-            continue;
-        };
-        let content = responses
-            .get("401")
-            .and_then(|r| r.get("content"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let unavailable = "The database is unavailable: nothing was recorded; send the same request again after Retry-After";
-        match responses.get_mut("503") {
-            Some(known) => {
-                let before = known["description"].as_str().unwrap_or_default().to_owned();
-                known["description"] = json!(format!("{before}; or: {unavailable}"));
-            }
-            None => {
-                responses.insert(
-                    "503".to_owned(),
-                    json!({"description": unavailable, "content": content}),
-                );
-            }
-        }
-        if records {
-            responses.insert(
-                "507".to_owned(),
-                json!({"description": "The database is full: nothing was recorded; send the same request again after Retry-After", "content": content}),
-            );
-        }
-    }
 }
 
 /// An ECMA-262 pattern for the user messages a template renders: its

@@ -142,7 +142,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.problem.status();
-        let body = crate::views::ProblemView {
+        let body = crate::http::views::ProblemView {
             kind: self.problem.type_uri(),
             title: self.problem.title().to_owned(),
             status: status.as_u16(),
@@ -230,6 +230,21 @@ impl From<surety_store::StoreError> for ApiError {
             | E::Closed
             | E::Migrate(_)
             | E::Corrupt(_) => ApiError::internal(error),
+        }
+    }
+}
+
+impl From<crate::jobs::JobError> for ApiError {
+    fn from(error: crate::jobs::JobError) -> ApiError {
+        use crate::jobs::JobError as E;
+        let detail = error.to_string();
+        match error {
+            E::UnknownRoute(_) => ApiError::new(Problem::UnknownRoute, detail),
+            E::NoCertifiedProvider { .. } => ApiError::new(Problem::NoCertifiedProvider, detail),
+            E::Conflict => ApiError::new(Problem::IdempotencyConflict, detail),
+            E::NoLongerFits { .. } => ApiError::new(Problem::MalformedBody, detail),
+            E::Store(e) => ApiError::from(e),
+            E::Internal(e) => ApiError::internal(e),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `surety.toml` as the router reads it: `[server]` and `[[api_keys]]`
 //! here, `[providers.*]` and `[routes.*]` through the one loader of the file
-//! (`surety_providers::SuretyFile`); strict, validated with errors that
+//! (`surety_config::SuretyFile`); strict, validated with errors that
 //! name the TOML path. API keys are stored as sha256 hashes, never in
 //! clear. The listen address and the database URL may come from the
 //! environment (`listen_env`, `database_env`), so a password need not be
@@ -12,9 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use surety_providers::config::{ConfigError, ProviderConfig, SuretyFile};
+use surety_config::{ConfigError, SuretyFile};
+use surety_providers::config::ProviderConfig;
 
-pub use surety_providers::config::Route;
+pub use surety_config::Route;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,15 +111,37 @@ pub struct ApiKey {
     pub all_owners: bool,
 }
 
-/// Enough for PostgreSQL to commit many jobs together, few enough for
-/// several replicas within its default 100 connections.
-const DEFAULT_DATABASE_CONNECTIONS: u32 = 16;
-
-/// Connections open at once by default: well within a default file
-/// descriptor limit, far past what the clients of one router hold.
-const DEFAULT_MAX_CONNECTIONS: usize = 4096;
-/// Failed authentications an address may make in 10 s, by default.
-const DEFAULT_MAX_FAILED_AUTH: u32 = 20;
+/// Every default of `[server]`, in one place (docs/configuration.md says
+/// each in words).
+pub mod defaults {
+    /// Enough for PostgreSQL to commit many jobs together, few enough for
+    /// several replicas within its default 100 connections.
+    pub const DATABASE_CONNECTIONS: u32 = 16;
+    /// Connections open at once: well within a default file descriptor
+    /// limit, far past what the clients of one router hold.
+    pub const MAX_CONNECTIONS: usize = 4096;
+    /// Failed authentications an address may make in 10 s.
+    pub const MAX_FAILED_AUTH: u32 = 20;
+    pub const CONTRACTS: &str = "contracts";
+    pub const ATTEMPT_TIMEOUT_MS: u64 = 60_000;
+    pub const DATABASE_TIMEOUT_MS: u64 = 3_000;
+    /// A day: a key replays for a day after its job settled.
+    pub const RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+    /// A working day.
+    pub const OPERATOR_SESSION_MS: u64 = 8 * 60 * 60 * 1000;
+    pub const REQUEST_READ_TIMEOUT_MS: u64 = 10_000;
+    pub const SHUTDOWN_GRACE_MS: u64 = 30_000;
+    pub const LATE_RESULT_WINDOW_MS: u64 = 600_000;
+    pub const LEASE_MS: u64 = 30_000;
+    pub const MAX_BODY_BYTES: usize = 1 << 20;
+    /// The smallest SQLite file a limit may name.
+    pub const MIN_SQLITE_BYTES: u64 = 1 << 20;
+    /// An owner's requests in flight: a quarter of the connections (at
+    /// least 1, at most 256), so one owner never holds them all.
+    pub fn owner_in_flight(max_connections: usize) -> u32 {
+        u32::try_from((max_connections / 4).clamp(1, 256)).unwrap_or(256)
+    }
+}
 
 /// A provider's own request timeout, where the file sets one, is at most
 /// the attempt's: past it the attempt ends `unknown` first, and the
@@ -147,15 +170,68 @@ fn timeouts_fit(text: &str, attempt_timeout: Duration) -> Result<(), ConfigError
     Ok(())
 }
 
-/// An owner's requests in flight when the file says nothing: a quarter of
-/// the connections (at least 1, at most 256).
-fn default_owner_in_flight(max_connections: usize) -> u32 {
-    u32::try_from((max_connections / 4).clamp(1, 256)).unwrap_or(256)
+/// A route's hedge starts before its first attempt could time out: a
+/// hedge due after the attempt's timeout would never start.
+fn hedges_fit(
+    routes: &BTreeMap<String, Route>,
+    attempt_timeout: Duration,
+) -> Result<(), ConfigError> {
+    for route in routes.values() {
+        if let Some(after) = route.hedge_after.filter(|after| *after >= attempt_timeout) {
+            return Err(ConfigError::at(
+                format!("routes.{}.hedge_after_ms", route.id),
+                format!(
+                    "{} ms is not shorter than server.attempt_timeout_ms ({} ms): the first attempt would end unknown before the hedge could start; make it shorter, or raise server.attempt_timeout_ms",
+                    after.as_millis(),
+                    attempt_timeout.as_millis()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// The smallest SQLite file a limit may name.
-const MIN_SQLITE_BYTES: u64 = 1 << 20;
+/// How the router takes connections.
+#[derive(Debug, Clone, Copy)]
+pub struct Listening {
+    pub max_connections: usize,
+    pub request_read_timeout: Duration,
+}
 
+/// The router's settings as the running router reads them: one value,
+/// from the file to the state, copied nowhere else.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// How long an attempt waits for its provider before it is `unknown`.
+    pub attempt_timeout: Duration,
+    /// How long a shutdown waits for in-flight attempts before it marks
+    /// what remains `unknown`.
+    pub shutdown_grace: Duration,
+    /// `/v1/chat/completions` takes requests without an Idempotency-Key as
+    /// one-off jobs (no deduplication), instead of refusing them.
+    pub allow_keyless_chat: bool,
+    /// How long an operation waits for the database (PostgreSQL: for a
+    /// connection) before the request gets 503.
+    pub database_timeout: Duration,
+    /// How long a settled job is kept after it settled: its key replays
+    /// until then, and is free (a new job) after.
+    pub retention: Duration,
+    /// Connections open at once, and how long a client may take to send a
+    /// request's headers (or its body).
+    pub listening: Listening,
+    /// The operator's cookies are sent only over TLS.
+    pub secure_cookies: bool,
+    /// How long a timed-out attempt's late answer is still listened for.
+    pub late_result_window: Duration,
+    /// How long an attempt's lease lasts between heartbeats; past it, a
+    /// router that died leaves the attempt for the reaper.
+    pub lease: Duration,
+    /// The most bytes a request's body may hold.
+    pub max_body_bytes: usize,
+}
+
+/// `surety.toml` as the router takes it: where it listens and keeps its
+/// jobs, what it serves, who may ask, and its [`Settings`].
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
     pub listen: SocketAddr,
@@ -165,13 +241,6 @@ pub struct RouterConfig {
     pub manifest: PathBuf,
     pub contracts: PathBuf,
     pub verifying_key: Option<PathBuf>,
-    pub attempt_timeout: Duration,
-    /// How long a shutdown waits for in-flight attempts before it marks
-    /// what remains `unknown`.
-    pub shutdown_grace: Duration,
-    /// `/v1/chat/completions` takes requests without an Idempotency-Key as
-    /// one-off jobs (no deduplication), instead of refusing them.
-    pub allow_keyless_chat: bool,
     /// Each owner's sustained requests per second and burst.
     pub owner_rate: Option<(std::num::NonZeroU32, std::num::NonZeroU32)>,
     /// Each owner's requests in flight at most.
@@ -180,28 +249,15 @@ pub struct RouterConfig {
     pub sqlite_synchronous: surety_store::SqliteSync,
     /// SQLite: the most bytes the database file may hold.
     pub sqlite_max_bytes: Option<u64>,
-    /// How long an operation waits for the database (PostgreSQL: for a
-    /// connection) before the request gets 503.
-    pub database_timeout: Duration,
-    /// How long a settled job is kept after it settled: its key replays
-    /// until then, and is free (a new job) after.
-    pub retention: Duration,
-    /// Connections open at once, and how long a client may take to send a
-    /// request's headers (or its body).
-    pub listening: crate::Listening,
     /// How long an operator's session lasts after sign-in (default 8 h).
     pub operator_session: Duration,
-    /// The operator's cookies are sent only over TLS.
-    pub secure_cookies: bool,
     /// Failed authentications an address may make in 10 s; `None`: no limit.
     pub max_failed_auth: Option<u32>,
-    pub late_result_window: Duration,
-    pub lease: Duration,
-    pub max_body_bytes: usize,
     /// By sha256 of the key, hex.
     pub api_keys: BTreeMap<String, ApiKey>,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub routes: BTreeMap<String, Route>,
+    pub settings: Settings,
 }
 
 impl RouterConfig {
@@ -297,11 +353,12 @@ impl RouterConfig {
         let attempt_timeout = ms(
             "server.attempt_timeout_ms",
             raw.server.attempt_timeout_ms,
-            60_000,
+            defaults::ATTEMPT_TIMEOUT_MS,
         )?;
         timeouts_fit(text, attempt_timeout)?;
+        hedges_fit(&routes, attempt_timeout)?;
         let max_connections = match raw.server.max_connections {
-            None => DEFAULT_MAX_CONNECTIONS,
+            None => defaults::MAX_CONNECTIONS,
             Some(n @ 1..=1_000_000) => n,
             Some(_) => {
                 return Err(ConfigError::at(
@@ -310,11 +367,49 @@ impl RouterConfig {
                 ));
             }
         };
+        let settings = Settings {
+            attempt_timeout,
+            allow_keyless_chat: raw.server.allow_keyless_chat.unwrap_or(false),
+            database_timeout: ms(
+                "server.database_timeout_ms",
+                raw.server.database_timeout_ms,
+                defaults::DATABASE_TIMEOUT_MS,
+            )?,
+            retention: ms(
+                "server.retention_ms",
+                raw.server.retention_ms,
+                defaults::RETENTION_MS,
+            )?,
+            secure_cookies: raw.server.secure_cookies.unwrap_or(false),
+            listening: Listening {
+                max_connections,
+                request_read_timeout: ms(
+                    "server.request_read_timeout_ms",
+                    raw.server.request_read_timeout_ms,
+                    defaults::REQUEST_READ_TIMEOUT_MS,
+                )?,
+            },
+            shutdown_grace: ms(
+                "server.shutdown_grace_ms",
+                raw.server.shutdown_grace_ms,
+                defaults::SHUTDOWN_GRACE_MS,
+            )?,
+            late_result_window: ms(
+                "server.late_result_window_ms",
+                raw.server.late_result_window_ms,
+                defaults::LATE_RESULT_WINDOW_MS,
+            )?,
+            lease: ms("server.lease_ms", raw.server.lease_ms, defaults::LEASE_MS)?,
+            max_body_bytes: raw
+                .server
+                .max_body_bytes
+                .unwrap_or(defaults::MAX_BODY_BYTES),
+        };
         Ok(RouterConfig {
             listen,
             database,
             database_connections: match raw.server.database_connections {
-                None => DEFAULT_DATABASE_CONNECTIONS,
+                None => defaults::DATABASE_CONNECTIONS,
                 Some(n @ 1..=1000) => n,
                 Some(_) => {
                     return Err(ConfigError::at(
@@ -327,11 +422,9 @@ impl RouterConfig {
             contracts: PathBuf::from(
                 raw.server
                     .contracts
-                    .unwrap_or_else(|| "contracts".to_owned()),
+                    .unwrap_or_else(|| defaults::CONTRACTS.to_owned()),
             ),
             verifying_key: raw.server.verifying_key.map(PathBuf::from),
-            attempt_timeout,
-            allow_keyless_chat: raw.server.allow_keyless_chat.unwrap_or(false),
             owner_rate: match (raw.server.owner_requests_per_second, raw.server.owner_burst) {
                 (None, None) => None,
                 (Some(rate), burst) => {
@@ -362,247 +455,38 @@ impl RouterConfig {
                 }
             },
             sqlite_max_bytes: match raw.server.sqlite_max_bytes {
-                Some(n) if n < MIN_SQLITE_BYTES => {
+                Some(n) if n < defaults::MIN_SQLITE_BYTES => {
                     return Err(ConfigError::at(
                         "server.sqlite_max_bytes",
-                        format!("must be at least {MIN_SQLITE_BYTES} (1 MiB)"),
+                        format!("must be at least {} (1 MiB)", defaults::MIN_SQLITE_BYTES),
                     ));
                 }
                 other => other,
             },
-            database_timeout: ms(
-                "server.database_timeout_ms",
-                raw.server.database_timeout_ms,
-                3_000,
-            )?,
-            retention: ms(
-                "server.retention_ms",
-                raw.server.retention_ms,
-                24 * 60 * 60 * 1000,
-            )?,
             operator_session: ms(
                 "server.operator_session_ms",
                 raw.server.operator_session_ms,
-                8 * 60 * 60 * 1000,
+                defaults::OPERATOR_SESSION_MS,
             )?,
-            secure_cookies: raw.server.secure_cookies.unwrap_or(false),
             max_failed_auth: match raw.server.max_failed_auth {
-                None => Some(DEFAULT_MAX_FAILED_AUTH),
+                None => Some(defaults::MAX_FAILED_AUTH),
                 Some(0) => None,
                 Some(n) => Some(n),
-            },
-            listening: crate::Listening {
-                max_connections,
-                request_read_timeout: ms(
-                    "server.request_read_timeout_ms",
-                    raw.server.request_read_timeout_ms,
-                    10_000,
-                )?,
             },
             // Every owner has a limit (waits count toward it): by default a
             // quarter of the connections, so one owner never holds them all.
             owner_max_in_flight: std::num::NonZeroU32::new(match raw.server.owner_max_in_flight {
-                None => default_owner_in_flight(max_connections),
+                None => defaults::owner_in_flight(max_connections),
                 Some(n) => n,
             })
             .ok_or_else(|| ConfigError::at("server.owner_max_in_flight", "must be at least 1"))?,
-            shutdown_grace: ms(
-                "server.shutdown_grace_ms",
-                raw.server.shutdown_grace_ms,
-                30_000,
-            )?,
-            late_result_window: ms(
-                "server.late_result_window_ms",
-                raw.server.late_result_window_ms,
-                600_000,
-            )?,
-            lease: ms("server.lease_ms", raw.server.lease_ms, 30_000)?,
-            max_body_bytes: raw.server.max_body_bytes.unwrap_or(1 << 20),
             api_keys,
             providers,
             routes,
+            settings,
         })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    const GOOD: &str = r#"
-[server]
-listen = "127.0.0.1:0"
-database = "sqlite:surety.db"
-manifest = "certification/manifest.json"
-
-[[api_keys]]
-owner = "acme"
-sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
-
-[providers.fake]
-kind = "openai"
-base_url = "http://127.0.0.1:1/v1"
-model = "fake"
-context_window = 16000
-
-[routes.language]
-contract = "language-detect"
-providers = ["fake"]
-"#;
-
-    fn error_with(from: &str, to: &str) -> String {
-        assert!(GOOD.contains(from), "{from}");
-        RouterConfig::from_toml(&GOOD.replace(from, to))
-            .unwrap_err()
-            .to_string()
-    }
-
-    #[test]
-    fn a_provider_timeout_longer_than_the_attempts_is_refused_naming_both() {
-        let with = |request_ms: u64, attempt: &str| {
-            let text = GOOD
-                .replace("[server]", &format!("[server]\n{attempt}"))
-                .replace(
-                    "[providers.fake]",
-                    &format!("[providers.fake]\ntimeouts = {{ request_ms = {request_ms} }}"),
-                );
-            RouterConfig::from_toml(&text)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        };
-        let refused = with(120_000, "").unwrap_err();
-        assert!(
-            refused.contains("providers.fake.timeouts.request_ms")
-                && refused.contains("server.attempt_timeout_ms (60000 ms)"),
-            "{refused}"
-        );
-        assert_eq!(with(120_000, "attempt_timeout_ms = 120000"), Ok(()));
-        assert_eq!(with(30_000, ""), Ok(()));
-    }
-
-    #[test]
-    fn a_good_file_parses_with_its_defaults() {
-        let config = RouterConfig::from_toml(GOOD).unwrap();
-        assert_eq!(config.database_connections, DEFAULT_DATABASE_CONNECTIONS);
-        assert_eq!(config.contracts, PathBuf::from("contracts"));
-        assert_eq!(config.api_keys.len(), 1);
-        assert_eq!(config.routes["language"].providers, ["fake"]);
-        assert_eq!(config.retention, Duration::from_secs(24 * 60 * 60));
-        assert_eq!(config.listening.max_connections, DEFAULT_MAX_CONNECTIONS);
-        // Every owner has an in-flight limit: a quarter of the connections, at most 256.
-        assert_eq!(config.owner_max_in_flight.get(), 256);
-        let small = GOOD.replace("[server]", "[server]\nmax_connections = 16");
-        let small = RouterConfig::from_toml(&small).unwrap();
-        assert_eq!(small.owner_max_in_flight.get(), 4);
-        assert_eq!(config.operator_session, Duration::from_secs(8 * 3600));
-        assert!(!config.secure_cookies);
-        assert_eq!(
-            config.listening.request_read_timeout,
-            Duration::from_secs(10)
-        );
-        assert_eq!(config.database_timeout, Duration::from_secs(3));
-        assert_eq!(config.sqlite_max_bytes, None);
-    }
-
-    #[test]
-    fn errors_name_the_toml_path() {
-        let cases = [
-            (
-                "listen = \"127.0.0.1:0\"",
-                "listen = \"here\"",
-                "`server.listen`",
-            ),
-            (
-                "manifest = ",
-                "database_connections = 0\nmanifest = ",
-                "`server.database_connections`",
-            ),
-            (
-                "manifest = ",
-                "lease_ms = 0\nmanifest = ",
-                "`server.lease_ms`",
-            ),
-            ("sha256 = \"9f86", "sha256 = \"zz86", "`api_keys[0].sha256`"),
-            (
-                "manifest = ",
-                "sqlite_synchronous = \"sometimes\"\nmanifest = ",
-                "`server.sqlite_synchronous`",
-            ),
-            (
-                "manifest = ",
-                "sqlite_max_bytes = 4096\nmanifest = ",
-                "`server.sqlite_max_bytes`",
-            ),
-            (
-                "manifest = ",
-                "max_connections = 0\nmanifest = ",
-                "`server.max_connections`",
-            ),
-            (
-                "manifest = ",
-                "retention_ms = 0\nmanifest = ",
-                "`server.retention_ms`",
-            ),
-            (
-                "manifest = ",
-                "request_read_timeout_ms = 0\nmanifest = ",
-                "`server.request_read_timeout_ms`",
-            ),
-            ("owner = \"acme\"", "owner = \"\"", "`api_keys[0].owner`"),
-            (
-                "owner = \"acme\"",
-                "owner = \"acme\"\nall_owners = true",
-                "`api_keys[0].all_owners`",
-            ),
-            (
-                "providers = [\"fake\"]",
-                "providers = [\"nobody\"]",
-                "routes.language",
-            ),
-        ];
-        for (from, to, path) in cases {
-            let error = error_with(from, to);
-            assert!(error.contains(path), "{to}: {error}");
-        }
-        let unknown = error_with("manifest = ", "databse = \"x\"\nmanifest = ");
-        assert!(unknown.contains("databse"), "{unknown}");
-    }
-
-    #[test]
-    fn the_listen_address_and_the_database_url_may_come_from_the_environment() {
-        let from_env = GOOD
-            .replace(
-                "database = \"sqlite:surety.db\"",
-                "database_env = \"SURETY_DB\"",
-            )
-            .replace("listen = \"127.0.0.1:0\"", "listen_env = \"SURETY_LISTEN\"");
-        let env = |var: &str| match var {
-            "SURETY_DB" => Some("postgres://app:s3cret@db:5432/surety".to_owned()),
-            "SURETY_LISTEN" => Some("0.0.0.0:9000".to_owned()),
-            _ => None,
-        };
-        let config = RouterConfig::from_toml_with(&from_env, &env).unwrap();
-        assert_eq!(config.database, "postgres://app:s3cret@db:5432/surety");
-        assert_eq!(config.listen.to_string(), "0.0.0.0:9000");
-        let unset = RouterConfig::from_toml_with(&from_env, &|_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            unset
-                .contains("`server.listen_env`: the environment variable SURETY_LISTEN is not set"),
-            "{unset}"
-        );
-        let both = error_with(
-            "database = \"sqlite:surety.db\"",
-            "database = \"sqlite:surety.db\"\ndatabase_env = \"SURETY_DB\"",
-        );
-        assert!(
-            both.contains("`server.database`: give `database` or `database_env`, not both"),
-            "{both}"
-        );
-        let neither = error_with("database = \"sqlite:surety.db\"", "");
-        assert!(neither.contains("`server.database`: missing"), "{neither}");
-    }
-}
+mod tests;

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::AppState;
 use crate::config::ApiKey;
-use crate::error::{ApiError, Problem};
+use crate::http::error::{ApiError, Problem};
 
 /// The authenticated caller, admitted within its owner's limits; the
 /// admission is held until the handler returns (it counts the owner's
@@ -37,7 +37,10 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        let peer = parts.extensions.get::<crate::listen::Peer>().map(|p| p.0);
+        let peer = parts
+            .extensions
+            .get::<crate::http::listen::Peer>()
+            .map(|p| p.0);
         let key = authenticate(state, &parts.headers, peer)?;
         let admitted = admit(state, &key.owner)?;
         Ok(Caller(key, admitted))
@@ -144,7 +147,7 @@ pub fn too_many_failures(wait: std::time::Duration) -> ApiError {
             Problem::RateLimited,
             format!(
                 "too many failed authentications from this address (the limit is per {} s); wait and try again",
-                crate::session::FAILURE_WINDOW.as_secs()
+                crate::auth::FAILURE_WINDOW.as_secs()
             ),
         )
     }
@@ -157,7 +160,7 @@ pub fn api_key(state: &AppState, token: &str) -> Option<(String, ApiKey)> {
     let hash = hex::encode(Sha256::digest(token.as_bytes()));
     let mut found = None;
     for (stored, key) in &state.inner.api_keys {
-        if crate::session::same_token(stored, &hash) {
+        if crate::auth::same_token(stored, &hash) {
             found = Some((stored.clone(), key.clone()));
         }
     }

@@ -1,0 +1,165 @@
+//! Driving a job: an attempt at the first eligible provider of its route; a
+//! definite failure moves to the next eligible one; a timeout makes the
+//! attempt (and the job) `unknown` and stops there, while the router keeps
+//! listening for the late result, which goes through compare-and-swap like
+//! any other. Hedging starts one extra attempt after `hedge_after`, only for
+//! contracts without side effects.
+
+use std::sync::Arc;
+
+use surety_providers::Message;
+use surety_store::{AttemptHandle, JobId, OwnerId, Slot, StartAttempt};
+use tracing::Instrument;
+
+mod attempt;
+
+use attempt::{Judge, attempt};
+
+use crate::certification::{Eligible, ServedContract};
+use crate::config::Route;
+use crate::state::AppState;
+
+/// How one attempt ended, for the dispatcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    Won,
+    Lost,
+    /// A definite failure, with the provider to fail over to: the next of
+    /// the job's providers that is eligible as the attempt ended, and its
+    /// place in the list (`None`: none is, and the job failed).
+    Failed(Option<(usize, Eligible)>),
+    Unknown,
+}
+
+/// What drives one job.
+#[derive(Debug, Clone)]
+pub struct Drive {
+    pub owner: OwnerId,
+    pub job_id: JobId,
+    pub route: Route,
+    pub served: Arc<ServedContract>,
+    /// What every attempt sends: the contract's rendered prompt (or, on an
+    /// output-only facade route, the client's messages). Each attempt's
+    /// request is built from them by `surety_exchange::request`, the
+    /// harness's own builder, for its provider.
+    pub messages: Vec<Message>,
+    /// An attempt already started (with the job, or by a retry), at `providers[0]`.
+    pub first: Option<AttemptHandle>,
+    /// The route's providers eligible when the job was taken, in order.
+    /// Each later attempt asks again, as the manifest and the configuration
+    /// are when it starts: a certificate that lapsed or a provider
+    /// reconfigured since is not tried.
+    pub providers: Arc<[Eligible]>,
+}
+
+pub fn spawn(state: AppState, drive: Drive) {
+    let tasks = state.inner.tasks.clone();
+    let span = tracing::info_span!("job", job_id = %drive.job_id);
+    tasks.spawn(
+        async move {
+            let job_id = drive.job_id.clone();
+            run(&state, drive).await;
+            state.inner.settled.notify(&job_id);
+        }
+        .instrument(span),
+    );
+}
+
+async fn run(state: &AppState, drive: Drive) {
+    let mut handle = drive.first.clone();
+    // The first attempt was started at `providers[0]` as the job was taken;
+    // without one, the first provider eligible now.
+    let found = match &handle {
+        Some(_) => drive.providers.first().cloned().map(|p| (0, p)),
+        None => drive.providers.iter().enumerate().find_map(|(i, p)| {
+            state
+                .inner
+                .certifier()
+                .eligible_now(&p.id, &drive.served)
+                .map(|now| (i, now))
+        }),
+    };
+    let Some((mut i, mut at)) = found else {
+        return;
+    };
+    loop {
+        let handle_now = match handle.take() {
+            Some(handle) => handle,
+            None => match start(state, &drive, &at.id, Slot::Primary).await {
+                Some(handle) => handle,
+                None => return,
+            },
+        };
+        let attempt_at = |handle: AttemptHandle, at: &Eligible, place: usize| {
+            attempt(
+                state.clone(),
+                handle,
+                drive.messages.clone(),
+                Judge {
+                    served: drive.served.clone(),
+                    models: at.models.clone(),
+                    providers: drive.providers.clone(),
+                    place,
+                },
+            )
+        };
+        let contract = &drive.served.contract;
+        let hedge_at = drive.providers.get(i + 1).filter(|_| contract.hedgeable());
+        let end = match (drive.route.hedge_after, hedge_at) {
+            (Some(after), Some(hedge_provider)) => {
+                let primary = attempt_at(handle_now, &at, i);
+                tokio::pin!(primary);
+                tokio::select! {
+                    end = &mut primary => end,
+                    () = tokio::time::sleep(after) => {
+                        // The hedge asks for eligibility as it starts, too.
+                        match state.inner.certifier().eligible_now(&hedge_provider.id, &drive.served) {
+                            None => primary.await,
+                            Some(hedge_provider) => {
+                                let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {
+                                    return;
+                                };
+                                let hedged = attempt_at(hedge, &hedge_provider, i + 1);
+                                let (a, b) = tokio::join!(primary, hedged);
+                                match (a, b) {
+                                    (End::Failed(_), End::Failed(next)) => End::Failed(next),
+                                    (End::Failed(_), other) | (other, _) => other,
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            _ => attempt_at(handle_now, &at, i).await,
+        };
+        match end {
+            End::Won | End::Lost | End::Unknown | End::Failed(None) => return,
+            End::Failed(Some((next, now))) => (i, at) = (next, now),
+        }
+    }
+}
+
+async fn start(
+    state: &AppState,
+    drive: &Drive,
+    provider: &str,
+    slot: Slot,
+) -> Option<AttemptHandle> {
+    let start = StartAttempt {
+        provider: provider.to_owned(),
+        slot,
+        lease: state.inner.settings.lease,
+    };
+    match state
+        .inner
+        .store
+        .start_attempt(&drive.owner, &drive.job_id, &start)
+        .await
+    {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::info!(job_id = %drive.job_id, error = %e, "no attempt started");
+            None
+        }
+    }
+}

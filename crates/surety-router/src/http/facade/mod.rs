@@ -1,0 +1,243 @@
+//! The OpenAI-compatible facade: `POST /v1/chat/completions` and
+//! `GET /v1/models`, so clients built for OpenAI work by changing their base
+//! URL. Every answer and every error here is in OpenAI's format, with the
+//! statuses its SDKs map to typed exceptions and `x-should-retry` saying
+//! whether a retry can help.
+//!
+//! `model` names a route. On a pinned route (the default) the messages must
+//! be a rendering of the contract's templates: they are read back into the
+//! contract's input, and the job is that input, sent as the harness
+//! certified it. On an `output-only` route the messages pass through.
+//! Either way the answer is checked against the contract before a byte of
+//! it is sent, streamed or not. A parameter surety does not honour is
+//! refused by name, never dropped.
+
+mod error;
+mod reply;
+mod request;
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use surety_config::Facade;
+use surety_core::{Fingerprint, IdempotencyKey};
+use surety_store::{JobKind, OwnerId};
+
+pub use error::OpenAiError;
+use reply::answer;
+use request::{chat_messages, parameters, pin};
+
+use super::error::{ApiError, Problem};
+use super::extract::{Caller, JsonObject, idempotency_key};
+use super::responses::{OpenAiAttemptErrors, OpenAiAuthErrors};
+use super::views::{
+    ChatCompletion, ChatRequestDoc, ChunkEventDoc, ModelList, ModelView, OpenAiErrorView,
+};
+use crate::jobs::{Intake, create_or_replay, route_and_contract, wait_at_rest};
+use crate::state::AppState;
+
+/// Says on every facade answer whether its prompt was certified
+/// (`true` on a pinned route, `false` on an output-only one).
+pub const PROMPT_CERTIFIED: &str = "surety-prompt-certified";
+
+/// Says `off` on an answer to a request that came without an
+/// Idempotency-Key (when the operator allows those): it was a one-off job,
+/// and a repeat of it is a new job.
+pub const DEDUPLICATION: &str = "surety-deduplication";
+
+/// The routes, as OpenAI lists models.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "openai",
+    responses(
+        (status = 200, description = "The routes", body = ModelList),
+        OpenAiAuthErrors,
+    )
+)]
+pub async fn models(State(state): State<AppState>, _caller: OpenAiCaller) -> Response {
+    let data = state
+        .inner
+        .routes
+        .values()
+        .map(|r| ModelView {
+            id: r.id.clone(),
+            object: "model".to_owned(),
+            created: 0,
+            owned_by: "surety".to_owned(),
+        })
+        .collect();
+    Json(ModelList {
+        object: "list".to_owned(),
+        data,
+    })
+    .into_response()
+}
+
+/// OpenAI's chat completions, on a route's certified prompt.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "openai",
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Names this intent: the same on every retry of it (required unless the operator allows one-off jobs)", min_length = 1, max_length = 255, pattern = r"^[!#-~]([ -~]*[!-~])?$"),
+    ),
+    request_body(content = ChatRequestDoc, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The completion, as JSON, or with `stream` as server-sent `chat.completion.chunk` events ending with `data: [DONE]`", content(
+            (ChatCompletion = "application/json"),
+            (ChunkEventDoc = "text/event-stream"),
+        )),
+        (status = 400, description = "A bad request, a prompt the certificate does not cover, or a parameter surety does not honour (named in `param`)", body = OpenAiErrorView),
+        (status = 409, description = "The key names a job with a different request", body = OpenAiErrorView),
+        (status = 413, description = "The body is too large", body = OpenAiErrorView),
+        (status = 415, description = "The body is not application/json", body = OpenAiErrorView),
+        (status = 422, description = "No such route", body = OpenAiErrorView),
+        (status = 431, description = "The headers are too large", body = OpenAiErrorView),
+        (status = 502, description = "Every certified provider failed", body = OpenAiErrorView),
+        (status = 504, description = "The job is still running, or unknown", body = OpenAiErrorView),
+        OpenAiAuthErrors,
+        OpenAiAttemptErrors,
+    )
+)]
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    OpenAiCaller(caller): OpenAiCaller,
+    headers: HeaderMap,
+    body: Result<JsonObject<Value>, ApiError>,
+) -> Response {
+    match chat(&state, caller, &headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// What the request asks of the answer's delivery.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Delivery {
+    pub(super) stream: bool,
+    pub(super) include_usage: bool,
+}
+
+/// The caller, authenticated before the body is read (a request without a
+/// good key is answered at once, in OpenAI's format, and its body never
+/// read).
+#[derive(Debug)]
+pub struct OpenAiCaller(pub Caller);
+
+impl axum::extract::FromRequestParts<AppState> for OpenAiCaller {
+    type Rejection = OpenAiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<OpenAiCaller, OpenAiError> {
+        Caller::from_request_parts(parts, state)
+            .await
+            .map(OpenAiCaller)
+            .map_err(OpenAiError::from)
+    }
+}
+
+async fn chat(
+    state: &AppState,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: Result<JsonObject<Value>, ApiError>,
+) -> Result<Response, OpenAiError> {
+    let Caller(key, _admitted) = caller;
+    let JsonObject(body) = body?;
+    let Some(request) = body.as_object() else {
+        return Err(OpenAiError::bad_request(
+            "invalid_request",
+            None,
+            "the body must be a JSON object",
+        ));
+    };
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            OpenAiError::bad_request(
+                "invalid_request",
+                Some("model"),
+                "`model` must name a route",
+            )
+        })?;
+    let (route, served) = route_and_contract(state, model)?;
+    let delivery = parameters(request, served)?;
+    let (idempotency, keyless) = match (
+        idempotency_key(headers),
+        state.inner.settings.allow_keyless_chat,
+    ) {
+        (Ok(key), _) => (key, false),
+        (Err(e), true) if e.problem == Problem::MissingIdempotencyKey => {
+            let one_off = format!("one-off-{}", uuid::Uuid::now_v7());
+            let key =
+                IdempotencyKey::parse(&one_off).map_err(|e| ApiError::internal(e.to_string()))?;
+            (key, true)
+        }
+        (Err(e), _) if e.problem == Problem::MissingIdempotencyKey => {
+            return Err(OpenAiError::bad_request(
+                "missing_idempotency_key",
+                None,
+                "this request has no Idempotency-Key header: send one naming this intent (e.g. `Idempotency-Key: order-1042-refund`), the same on every retry of it; docs/clients.md shows how each SDK sends it",
+            ));
+        }
+        (Err(e), _) => return Err(e.into()),
+    };
+    let sent = chat_messages(&body)?;
+    let (input, messages) = match route.facade {
+        Facade::OutputOnly => (body.clone(), sent),
+        Facade::Pinned => {
+            let input = pin(served, &sent).map_err(|message| {
+                OpenAiError::bad_request("prompt_not_certified", Some("messages"), message)
+            })?;
+            (input, sent)
+        }
+    };
+    let owner = OwnerId(key.owner);
+    let fingerprint = Fingerprint::of(&body)
+        .map_err(|e| OpenAiError::bad_request("invalid_request", None, e.to_string()))?;
+    let intake = Intake {
+        owner: owner.clone(),
+        key: idempotency,
+        route: route.clone(),
+        served: served.clone(),
+        input,
+        fingerprint: Some(fingerprint),
+        kind: JobKind::Chat,
+        // A pinned job's messages are its contract's rendering of its
+        // input; an output-only job's are the client's, kept with it.
+        keep_messages: route.facade == Facade::OutputOnly,
+        messages,
+    };
+    let created = create_or_replay(state, intake, true).await?;
+    let replayed = created.replayed;
+    let limit = state.inner.settings.attempt_timeout + Duration::from_secs(5);
+    let (_, job, attempts) = wait_at_rest(state, &owner, created, limit).await?;
+    let mut response = answer(&job, &attempts, delivery)?;
+    let out = response.headers_mut();
+    if replayed {
+        out.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if keyless {
+        out.insert(DEDUPLICATION, HeaderValue::from_static("off"));
+    }
+    if let Ok(value) = HeaderValue::from_str(&job.id.0) {
+        out.insert("surety-job-id", value);
+    }
+    // Whether a certificate covers the prompt that was sent, not only the answer.
+    out.insert(
+        PROMPT_CERTIFIED,
+        HeaderValue::from_static(match route.facade {
+            Facade::Pinned => "true",
+            Facade::OutputOnly => "false",
+        }),
+    );
+    Ok(response)
+}

@@ -1,0 +1,169 @@
+//! A settled job as OpenAI's answer: a typed chat completion, its stream
+//! of chunks, or the error that says why there is none.
+
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use surety_core::{AttemptState, JobState};
+use surety_store::{Attempt, Job};
+
+use super::{Delivery, OpenAiError};
+use crate::http::views::{
+    AnswerMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, UsageTotals,
+    UsageView, finish_reason,
+};
+
+/// The job's answer as a chat completion (or its stream), or why there is none.
+pub(super) fn answer(
+    job: &Job,
+    attempts: &[Attempt],
+    delivery: Delivery,
+) -> Result<Response, OpenAiError> {
+    let error = |status, kind, code, should_retry, retry_after, message: String| OpenAiError {
+        status,
+        kind,
+        code,
+        param: None,
+        message,
+        should_retry: Some(should_retry),
+        retry_after,
+    };
+    match (job.state, &job.result) {
+        (JobState::Succeeded, Some(result)) => {
+            let completion = ChatCompletion::of(job, result);
+            Ok(match delivery.stream {
+                true => completion.stream(delivery.include_usage),
+                false => Json(completion).into_response(),
+            })
+        }
+        (JobState::Failed, _) => {
+            let last = attempts
+                .last()
+                .and_then(|a| a.error.clone())
+                .unwrap_or_default();
+            Err(error(
+                StatusCode::BAD_GATEWAY,
+                "server_error",
+                "provider_error",
+                false,
+                None,
+                format!("every certified provider failed; the last said: {last}"),
+            ))
+        }
+        (JobState::Unknown, _) => {
+            let open = attempts
+                .iter()
+                .rev()
+                .find(|a| a.state == AttemptState::Unknown);
+            let (n, provider) = open.map_or((0, ""), |a| (a.ordinal, a.provider.as_str()));
+            Err(error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "server_error",
+                "job_unknown",
+                false,
+                None,
+                format!(
+                    "job {id} is unknown: attempt {n} at provider `{provider}` got no answer in time, and the provider may have done the work, so nothing is retried on its own. A late answer still completes the job (ask again with the same Idempotency-Key to get it); otherwise an admin cancels the attempt (POST /v1/jobs/{id}/attempts/{n}/cancel) and retries the job (POST /v1/jobs/{id}/retry)",
+                    id = job.id
+                ),
+            ))
+        }
+        (state_now, _) => Err(error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "server_error",
+            "job_not_settled",
+            true,
+            Some(2),
+            format!(
+                "job {} is {state_now}; ask again with the same Idempotency-Key and the same body to get its answer, or GET /v1/jobs/{}",
+                job.id, job.id
+            ),
+        )),
+    }
+}
+
+/// The characters of the answer per chunk of its stream.
+const STREAM_PIECE_CHARS: usize = 24;
+
+impl ChatCompletion {
+    /// A succeeded job's answer (`result`) as a chat completion.
+    fn of(job: &Job, result: &serde_json::Value) -> ChatCompletion {
+        let usage = UsageView::of(job).unwrap_or_default();
+        let (prompt, completion) = (usage.prompt_tokens, usage.completion_tokens);
+        ChatCompletion {
+            id: format!("chatcmpl-{}", job.id),
+            object: "chat.completion".to_owned(),
+            created: job.created_at_ms / 1000,
+            model: job.route.clone(),
+            choices: vec![Choice {
+                index: 0,
+                message: AnswerMessage {
+                    role: "assistant".to_owned(),
+                    content: result.to_string(),
+                    refusal: None,
+                },
+                logprobs: None,
+                finish_reason: finish_reason(job).unwrap_or_else(|| "stop".to_owned()),
+            }],
+            usage: UsageTotals {
+                prompt_tokens: prompt,
+                completion_tokens: completion,
+                total_tokens: prompt + completion,
+            },
+        }
+    }
+
+    fn chunk(&self, choices: Vec<ChunkChoice>, usage: Option<UsageTotals>) -> Event {
+        let chunk = ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk".to_owned(),
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        };
+        match Event::default().json_data(&chunk) {
+            Ok(event) => event,
+            // Plain structs of strings and numbers always serialise.
+            Err(e) => Event::default().data(format!("{{\"error\":\"{e}\"}}")),
+        }
+    }
+
+    /// Server-sent events in OpenAI's chunk format: the role, the content
+    /// in pieces, the finish reason, the usage when asked for, then
+    /// `[DONE]`. The answer was checked before the first byte.
+    fn stream(self, include_usage: bool) -> Response {
+        let Some(choice) = self.choices.first() else {
+            return Sse::new(futures_util::stream::empty::<Result<Event, Infallible>>())
+                .into_response();
+        };
+        let delta = |role: Option<&str>, content: Option<String>, finish: Option<String>| {
+            vec![ChunkChoice {
+                index: 0,
+                delta: Delta {
+                    role: role.map(str::to_owned),
+                    content,
+                },
+                logprobs: None,
+                finish_reason: finish,
+            }]
+        };
+        let mut events =
+            vec![self.chunk(delta(Some("assistant"), Some(String::new()), None), None)];
+        let chars: Vec<char> = choice.message.content.chars().collect();
+        for piece in chars.chunks(STREAM_PIECE_CHARS) {
+            let text: String = piece.iter().collect();
+            events.push(self.chunk(delta(None, Some(text), None), None));
+        }
+        events.push(self.chunk(delta(None, None, Some(choice.finish_reason.clone())), None));
+        if include_usage {
+            events.push(self.chunk(Vec::new(), Some(self.usage.clone())));
+        }
+        events.push(Event::default().data("[DONE]"));
+        let stream = futures_util::stream::iter(events.into_iter().map(Ok::<Event, Infallible>));
+        Sse::new(stream).into_response()
+    }
+}

@@ -1,0 +1,202 @@
+//! The operational endpoints: the providers with their certification,
+//! liveness, readiness, metrics and the OpenAPI document.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use surety_config::Facade;
+
+use super::extract::Caller;
+use super::responses::AuthErrors;
+use super::views::{
+    CertificationView, DriftView, ProviderList, ProviderView, Readiness, RouteView,
+};
+use crate::state::AppState;
+
+/// Providers with their certification per contract, and the routes.
+#[utoipa::path(
+    get,
+    path = "/v1/providers",
+    tag = "providers",
+    responses(
+        (status = 200, description = "Providers and routes", body = ProviderList),
+        AuthErrors,
+    )
+)]
+pub(super) async fn providers(
+    State(state): State<AppState>,
+    _caller: Caller,
+) -> Json<ProviderList> {
+    Json(provider_list(&state))
+}
+
+/// Alive.
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()), responses((status = 200, description = "Alive", body = String, content_type = "text/plain")))]
+pub(super) async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Ready when a manifest is in force.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "A manifest is in force and the database answers", body = Readiness),
+        (status = 503, description = "No valid manifest, or the database is down", body = Readiness),
+    )
+)]
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    let manifest = state.inner.manifest.current();
+    let database = match tokio::time::timeout(
+        state.inner.settings.database_timeout,
+        state.inner.store.ping(),
+    )
+    .await
+    {
+        Ok(Ok(())) => None,
+        // In words, without the driver's text (addresses, users): the
+        // details are for the log, not for whoever asks /readyz.
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "/readyz: the database did not answer its ping");
+            Some(
+                match e.outage() {
+                    Some(surety_store::Outage::Full) => "it is full",
+                    Some(surety_store::Outage::Unavailable) => "it cannot be reached",
+                    None => "it refused the round trip",
+                }
+                .to_owned(),
+            )
+        }
+        Err(_) => Some(format!(
+            "no answer within {} ms",
+            state.inner.settings.database_timeout.as_millis()
+        )),
+    };
+    let ready = manifest.is_some() && database.is_none();
+    let body = Readiness {
+        ready,
+        database: if database.is_none() { "up" } else { "down" }.to_owned(),
+        database_error: database,
+        manifest_entries: manifest.as_ref().map(|m| m.entries.len()),
+        manifest_generated_at: manifest.as_ref().map(|m| m.generated_at.clone()),
+        last_reload_refused: state.inner.manifest.refused(),
+    };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    let m = &state.inner.metrics;
+    match state.inner.store.unknown_attempts().await {
+        Ok(n) => m.unknown_attempts_open.set(n),
+        Err(e) => tracing::warn!(error = %e, "cannot count unknown attempts"),
+    }
+    if let Some(manifest) = state.inner.manifest.current() {
+        m.manifest_entries.set(manifest.entries.len() as i64);
+        if let Ok(at) = surety_manifest::parse_time(&manifest.generated_at) {
+            m.manifest_age_seconds
+                .set((time::OffsetDateTime::now_utc() - at).whole_seconds());
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        m.render(),
+    )
+        .into_response()
+}
+
+/// This document, derived from the handlers and the configured routes.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()), responses((status = 200, description = "The OpenAPI document", content_type = "application/json")))]
+pub(super) async fn openapi(axum::Extension(doc): axum::Extension<Arc<Value>>) -> Json<Arc<Value>> {
+    Json(doc)
+}
+
+/// Every provider with its certification per contract (in words, from the
+/// manifest against the configuration now), and the routes.
+pub fn provider_list(state: &AppState) -> ProviderList {
+    let drift = state
+        .inner
+        .drift
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let manifest = state.inner.manifest.current();
+    let data = state
+        .inner
+        .providers
+        .iter()
+        .map(|(id, served)| {
+            let certification = state
+                .inner
+                .contracts
+                .values()
+                .map(|c| {
+                    let (verdict, models) = state.inner.certifier().eligibility(id, c);
+                    let expires_at = manifest
+                        .as_ref()
+                        .and_then(|m| m.entry(id, &c.contract.id))
+                        .map(|e| e.expires_at.clone());
+                    let view = CertificationView {
+                        status: verdict.code().to_owned(),
+                        reason: verdict.to_string(),
+                        expires_at,
+                        certified_models: models,
+                    };
+                    (c.contract.id.clone(), view)
+                })
+                .collect();
+            ProviderView {
+                id: id.clone(),
+                kind: served.config.kind.to_string(),
+                model: served.config.model.clone(),
+                base_url: served.config.base_url.clone(),
+                certification,
+                drift: drift.get(id).map(|d| DriftView {
+                    contract: d.contract.clone(),
+                    model: d.model.clone(),
+                    certified_models: d.certified.clone(),
+                    at: d.at.clone(),
+                }),
+            }
+        })
+        .collect();
+    let routes = state
+        .inner
+        .routes
+        .values()
+        .map(|r| {
+            // A pinned route whose user template cannot be read back takes
+            // no chat completion at all, and says why.
+            let unpinnable = state
+                .inner
+                .contracts
+                .get(&r.contract)
+                .and_then(|c| c.user_template.as_ref().err());
+            RouteView {
+                id: r.id.clone(),
+                contract: r.contract.clone(),
+                providers: r.providers.clone(),
+                facade: r.facade.as_str().to_owned(),
+                prompt_certified: r.facade == Facade::Pinned,
+                pinning_unavailable: unpinnable.filter(|_| r.facade == Facade::Pinned).cloned(),
+            }
+        })
+        .collect();
+    ProviderList {
+        object: "list".to_owned(),
+        data,
+        routes,
+    }
+}

@@ -1,0 +1,181 @@
+//! Taking a job: its route and contract, the providers certified for it
+//! now, and create-or-replay in one commit, dispatched on the router's own
+//! tasks.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use surety_core::{Fingerprint, IdempotencyKey};
+use surety_providers::Message;
+use surety_store::{Created, Job, JobKind, NewJob, OwnerId, Slot, StartAttempt};
+use tracing::Instrument;
+
+use super::JobError;
+use crate::certification::{Eligible, ServedContract};
+use crate::config::Route;
+use crate::dispatch::{self, Drive};
+use crate::settled::Waiter;
+use crate::state::AppState;
+
+/// A route and its contract, by the route's id.
+pub fn route_and_contract<'s>(
+    state: &'s AppState,
+    id: &str,
+) -> Result<(Route, &'s Arc<ServedContract>), JobError> {
+    let route = state
+        .inner
+        .routes
+        .get(id)
+        .cloned()
+        .ok_or_else(|| JobError::UnknownRoute(id.to_owned()))?;
+    let contract = state
+        .inner
+        .contracts
+        .get(&route.contract)
+        .ok_or_else(|| JobError::internal("a route names a missing contract"))?;
+    Ok((route, contract))
+}
+
+/// The route's providers the manifest certifies for its contract now, in
+/// order; never empty: with none, a 503 saying why each is not.
+pub fn certified(
+    state: &AppState,
+    route: &Route,
+    served: &ServedContract,
+) -> Result<Vec<Eligible>, JobError> {
+    let contract = &served.contract;
+    let (eligible, why_not) = state.inner.certifier().eligible(route, served);
+    if eligible.is_empty() {
+        return Err(JobError::NoCertifiedProvider {
+            route: route.id.clone(),
+            contract: contract.id.clone(),
+            digest: contract.digest.clone(),
+            why: why_not.join("; "),
+        });
+    }
+    Ok(eligible)
+}
+
+/// A job as a create request found or made it.
+pub struct CreatedJob {
+    pub job: Job,
+    pub replayed: bool,
+    /// Registered before the job was dispatched, when asked for.
+    pub waiter: Option<Waiter>,
+}
+
+/// What a create request asks for, checked.
+pub struct Intake {
+    pub owner: OwnerId,
+    pub key: IdempotencyKey,
+    pub route: Route,
+    pub served: Arc<ServedContract>,
+    pub input: Value,
+    /// Over the whole request (chat completions); by default over the
+    /// route and the input.
+    pub fingerprint: Option<Fingerprint>,
+    /// How the job is asked for, recorded with it.
+    pub kind: JobKind,
+    /// The messages are not the contract's rendering of the input (an
+    /// output-only chat route): they are kept with the job, for its retries.
+    pub keep_messages: bool,
+    /// What the job's attempts send (see [`Drive::messages`]).
+    pub messages: Vec<Message>,
+}
+
+/// Finds the job this owner's key already names (a replay, or a conflict),
+/// whatever the manifest says now; or creates the job with its first
+/// attempt at the first certified provider, in one commit. A new job is
+/// dispatched at once, after the waiter (`watch`) is registered.
+pub async fn create_or_replay(
+    state: &AppState,
+    intake: Intake,
+    watch: bool,
+) -> Result<CreatedJob, JobError> {
+    // Once asked for, a job's creation and dispatch run on the router's own
+    // task, whatever becomes of this request: a client that goes away
+    // between the commit and the dispatch cannot strand a committed job.
+    let detached = state.clone();
+    state
+        .inner
+        .tasks
+        .spawn(async move { create_and_dispatch(&detached, intake, watch).await }.in_current_span())
+        .await
+        .map_err(JobError::internal)?
+}
+
+pub async fn create_and_dispatch(
+    state: &AppState,
+    intake: Intake,
+    watch: bool,
+) -> Result<CreatedJob, JobError> {
+    let contract = &intake.served.contract;
+    let new = NewJob {
+        owner: intake.owner.clone(),
+        key: intake.key,
+        route: intake.route.id.clone(),
+        contract: contract.id.clone(),
+        contract_digest: contract.digest.clone(),
+        input: intake.input,
+        kind: intake.kind,
+        messages: match intake.keep_messages {
+            true => Some(serde_json::to_value(&intake.messages).map_err(JobError::internal)?),
+            false => None,
+        },
+        hedgeable: contract.hedgeable(),
+        fingerprint: intake.fingerprint,
+    };
+    let conflict = |state: &AppState| {
+        state.inner.metrics.conflicts.inc();
+        JobError::Conflict
+    };
+    // A replay is answered from the store alone: only a new job needs a
+    // certified provider. (The insert below still decides between two
+    // requests racing for the same key.)
+    let found = match state.inner.store.find(&new).await? {
+        Some(Created::Replayed(job)) => Some(job),
+        Some(Created::Conflict) => return Err(conflict(state)),
+        Some(Created::New(_)) | None => None,
+    };
+    let (job, first, replayed, providers) = match found {
+        Some(job) => (job, None, true, Vec::new()),
+        None => {
+            let providers = certified(state, &intake.route, &intake.served)?;
+            let first = StartAttempt {
+                provider: providers
+                    .first()
+                    .map(|p| p.id.clone())
+                    .ok_or_else(|| JobError::internal("no eligible provider"))?,
+                slot: Slot::Primary,
+                lease: state.inner.settings.lease,
+            };
+            match state.inner.store.create_and_start(&new, &first).await? {
+                (Created::New(job), first) => (job, first, false, providers),
+                (Created::Replayed(job), _) => (job, None, true, providers),
+                (Created::Conflict, _) => return Err(conflict(state)),
+            }
+        }
+    };
+    let waiter = watch.then(|| state.inner.settled.watch(&job.id));
+    if replayed {
+        state.inner.metrics.replays.inc();
+    } else {
+        state.inner.metrics.jobs_created.inc();
+        tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
+        let drive = Drive {
+            owner: intake.owner,
+            job_id: job.id.clone(),
+            route: intake.route,
+            served: intake.served.clone(),
+            messages: intake.messages,
+            first,
+            providers: providers.into(),
+        };
+        dispatch::spawn(state.clone(), drive);
+    }
+    Ok(CreatedJob {
+        job,
+        replayed,
+        waiter,
+    })
+}

@@ -1,0 +1,96 @@
+//! Acting on a job after it was taken: a retry (a new attempt under the
+//! same job, at a provider certified now) and an admin's cancel of an open
+//! attempt.
+
+use surety_providers::Message;
+use surety_store::{Job, JobId, OwnerId, Slot, StartAttempt};
+
+use super::JobError;
+use super::intake::{certified, route_and_contract};
+use crate::certification::ServedContract;
+use crate::dispatch::{self, Drive};
+use crate::state::AppState;
+
+/// What a stored job's attempts send: the messages kept with it (a chat
+/// job on an output-only route), else its contract's rendering of its
+/// input. Read from what the job recorded, never guessed from its input.
+pub fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, String> {
+    match &job.messages {
+        Some(kept) => serde_json::from_value(kept.clone())
+            .map_err(|e| format!("the job's kept messages do not read back: {e}")),
+        None => served
+            .contract
+            .render(&job.input)
+            .map(|r| surety_exchange::messages(&r))
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// A new attempt at the owner's job, at its first certified provider, if no
+/// attempt is open and it has not succeeded (the store's guard decides).
+pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<(), JobError> {
+    let job = state.inner.store.job(owner, job_id).await?;
+    let (route, served) = route_and_contract(state, &job.route)?;
+    let eligible = certified(state, &route, served)?;
+    let contract = &served.contract;
+    // Built before the attempt starts: an input that no longer fits its
+    // contract starts nothing.
+    let messages = job_messages(&job, served).map_err(|e| JobError::NoLongerFits {
+        contract: contract.id.clone(),
+        why: e,
+    })?;
+    let first = &eligible[0];
+    // The store's guard decides: an open attempt or a settled job is a 409 saying which.
+    let start = StartAttempt {
+        provider: first.id.clone(),
+        slot: Slot::Primary,
+        lease: state.inner.settings.lease,
+    };
+    let handle = state
+        .inner
+        .store
+        .start_attempt(owner, &job.id, &start)
+        .await?;
+    dispatch::spawn(
+        state.clone(),
+        Drive {
+            owner: owner.clone(),
+            job_id: job.id.clone(),
+            route,
+            served: served.clone(),
+            messages,
+            first: Some(handle),
+            providers: eligible.into(),
+        },
+    );
+    Ok(())
+}
+
+/// Resolves an open attempt of the owner's job out of band (an admin's
+/// act): it is `cancelled`, and a late answer from it loses.
+pub async fn cancel(
+    state: &AppState,
+    owner: &OwnerId,
+    job_id: &JobId,
+    n: i64,
+) -> Result<(), JobError> {
+    let reason = format!("cancelled out of band by an admin of {}", owner.0);
+    state
+        .inner
+        .store
+        .cancel_attempt(owner, job_id, n, &reason)
+        .await?;
+    let attempts = state.inner.store.attempts(owner, job_id).await?;
+    let provider = attempts
+        .iter()
+        .find(|a| a.ordinal == n)
+        .map_or("", |a| a.provider.as_str());
+    state
+        .inner
+        .metrics
+        .attempts
+        .with_label_values(&[provider, "cancelled"])
+        .inc();
+    state.inner.settled.notify(job_id);
+    Ok(())
+}

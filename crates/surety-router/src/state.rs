@@ -1,0 +1,284 @@
+//! The router's shared state, built once from a validated configuration:
+//! the store, the providers and contracts as served, the manifest, the
+//! limits, the sessions, and the work in flight. Every handler and every
+//! dispatcher takes it; it is cheap to clone. Also the router's background
+//! work (manifest reloads, the reaper, pruning).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use surety_exchange::pinning::UserTemplate;
+use surety_store::{Store, StoreOptions};
+
+use crate::auth::{Failures, Sessions};
+use crate::certification::{Certifier, Drift, ManifestHolder, ServedContract, ServedProvider};
+use crate::config::{ApiKey, Route, RouterConfig, Settings};
+use crate::metrics::Metrics;
+use crate::settled::Settled;
+
+/// Settled jobs deleted per write when pruning past retention: a write of
+/// a few ms, so the writes queued behind it barely wait.
+const PRUNE_BATCH: u32 = 64;
+/// Pruning runs every this many background ticks (of 500 ms): every 2 s,
+/// so each pass is short.
+const PRUNE_EVERY_TICKS: u64 = 4;
+
+/// Everything a request handler or a dispatcher needs; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub struct Inner {
+    pub store: Store,
+    pub providers: BTreeMap<String, ServedProvider>,
+    pub routes: BTreeMap<String, Route>,
+    /// Shared with every job driven against them.
+    pub contracts: BTreeMap<String, Arc<ServedContract>>,
+    /// The work of every job (its creation once a request has asked for
+    /// it, its dispatch, heartbeats, provider calls, late results), so
+    /// shutdown (and a test) can wait for it and none of it runs untracked.
+    pub tasks: tokio_util::task::TaskTracker,
+    /// The last answer per provider from a model its certificate did not see.
+    pub drift: std::sync::Mutex<BTreeMap<String, Drift>>,
+    pub api_keys: BTreeMap<String, ApiKey>,
+    /// The settings, as the file gave them.
+    pub settings: Settings,
+    pub manifest: ManifestHolder,
+    pub metrics: Metrics,
+    /// Per-owner limits on rate and requests in flight.
+    pub limits: Limits,
+    /// The attempts this router is calling a provider for right now: what a
+    /// shutdown marks `unknown` when its grace period runs out.
+    pub in_flight: std::sync::Mutex<BTreeMap<(String, i64), surety_store::AttemptHandle>>,
+    /// Wakes the requests waiting on a job when it settles here.
+    pub settled: Arc<Settled>,
+    /// The operator's signed-in sessions.
+    pub sessions: Sessions,
+    /// Failed authentications per client address.
+    pub failures: Failures,
+}
+
+impl Inner {
+    /// Eligibility against the providers and the manifest as they are now.
+    pub fn certifier(&self) -> Certifier<'_> {
+        Certifier {
+            providers: &self.providers,
+            manifest: &self.manifest,
+        }
+    }
+
+    /// The attempts waiting on a provider now, by job and ordinal.
+    pub fn in_flight(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<(String, i64), surety_store::AttemptHandle>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Per-owner limits: a keyed rate limiter (GCRA), and a semaphore per
+/// owner counting its requests in flight (every owner has one).
+#[derive(Debug)]
+pub struct Limits {
+    pub rate: Option<governor::DefaultKeyedRateLimiter<String>>,
+    /// The most requests in flight per owner.
+    pub most_in_flight: usize,
+    /// Each owner's gate, made on its first request; read-locked on every
+    /// request, write-locked only to make a new owner's.
+    pub gates: Gates,
+}
+
+/// A semaphore per owner, made on its first request.
+pub type Gates = std::sync::RwLock<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>;
+
+impl Limits {
+    fn from_config(config: &RouterConfig) -> Limits {
+        let rate = config.owner_rate.map(|(per_second, burst)| {
+            governor::RateLimiter::keyed(governor::Quota::per_second(per_second).allow_burst(burst))
+        });
+        Limits {
+            rate,
+            most_in_flight: config.owner_max_in_flight.get() as usize,
+            gates: Gates::default(),
+        }
+    }
+}
+
+impl AppState {
+    /// The attempts this router is calling a provider for now.
+    pub fn in_flight(&self) -> Vec<surety_store::AttemptHandle> {
+        self.inner.in_flight().values().cloned().collect()
+    }
+
+    /// Builds the state from a validated configuration: opens the store,
+    /// loads the contracts, builds the providers (keys from the
+    /// environment) and loads the manifest.
+    pub async fn from_config(config: &RouterConfig) -> anyhow::Result<AppState> {
+        use anyhow::Context;
+        let mut options = StoreOptions::new(&config.database);
+        options.max_connections = config.database_connections;
+        options.sqlite_synchronous = config.sqlite_synchronous;
+        options.sqlite_max_bytes = config.sqlite_max_bytes;
+        options.acquire_timeout = config.settings.database_timeout;
+        let store = Store::open_with(&options)
+            .await
+            .context("opening the database")?;
+        // Attempts a dead router left behind become unknown before anything is served.
+        let reaped = store
+            .reap_expired()
+            .await
+            .context("reaping expired leases")?;
+        if !reaped.is_empty() {
+            tracing::warn!(
+                count = reaped.len(),
+                "attempts of a router that died are now unknown"
+            );
+        }
+        let contracts = surety_contracts::load_all(&config.contracts)
+            .with_context(|| format!("loading contracts from {}", config.contracts.display()))?
+            .into_iter()
+            .map(|c| {
+                let prompt_digest = surety_exchange::prompt_digest(&c)
+                    .with_context(|| format!("contract `{}` does not render", c.id))?;
+                let served = ServedContract {
+                    user_template: UserTemplate::parse(&c.user_template),
+                    prompt_digest,
+                    contract: Arc::new(c),
+                };
+                Ok((served.contract.id.clone(), Arc::new(served)))
+            })
+            .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+        for route in config.routes.values() {
+            if !contracts.contains_key(&route.contract) {
+                anyhow::bail!(
+                    "`routes.{}.contract`: no contract `{}` in {}",
+                    route.id,
+                    route.contract,
+                    config.contracts.display()
+                );
+            }
+        }
+        for route in config.routes.values() {
+            let unpinnable = contracts
+                .get(&route.contract)
+                .and_then(|c| c.user_template.as_ref().err());
+            if let (Some(why), surety_config::Facade::Pinned) = (unpinnable, route.facade) {
+                tracing::warn!(
+                    route = %route.id,
+                    "the user template of contract `{}` cannot be read back ({why}): /v1/chat/completions refuses this route unless it is `facade = \"output-only\"`",
+                    route.contract
+                );
+            }
+        }
+        let providers = config
+            .providers
+            .iter()
+            .map(|(id, p)| {
+                let served = ServedProvider {
+                    adapter: surety_providers::build_provider(p)?,
+                    behaviour: p.behaviour(),
+                    config: p.clone(),
+                };
+                Ok((id.clone(), served))
+            })
+            .collect::<Result<BTreeMap<_, _>, surety_providers::ConfigError>>()?;
+        let key = match &config.verifying_key {
+            Some(path) => Some(
+                surety_manifest::read_verifying_key(path)
+                    .context("reading the manifest's verifying key")?,
+            ),
+            None => None,
+        };
+        let manifest = ManifestHolder::new(&config.manifest, key);
+        manifest.reload_if_changed();
+        Ok(AppState {
+            inner: Arc::new(Inner {
+                store,
+                providers,
+                routes: config.routes.clone(),
+                contracts,
+                drift: std::sync::Mutex::default(),
+                tasks: tokio_util::task::TaskTracker::new(),
+                api_keys: config.api_keys.clone(),
+                settings: config.settings,
+                manifest,
+                metrics: Metrics::new()?,
+                limits: Limits::from_config(config),
+                in_flight: std::sync::Mutex::default(),
+                settled: Arc::default(),
+                sessions: Sessions::new(config.operator_session),
+                failures: Failures::new(config.max_failed_auth),
+            }),
+        })
+    }
+
+    /// The background work of a running router: reload the manifest when it
+    /// changes, reap the leases of routers that died, and prune settled
+    /// jobs past retention.
+    pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
+        let state = self.clone();
+        // Its handle is the caller's, who stops it at shutdown.
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut n: u64 = 0;
+            loop {
+                tick.tick().await;
+                state.inner.manifest.reload_if_changed();
+                n += 1;
+                if n.is_multiple_of(4) {
+                    match state.inner.store.reap_expired().await {
+                        Ok(reaped) if !reaped.is_empty() => {
+                            tracing::warn!(count = reaped.len(), "reaped expired leases")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e, "reaper failed"),
+                    }
+                }
+                if n.is_multiple_of(PRUNE_EVERY_TICKS) {
+                    state.prune().await;
+                }
+            }
+        })
+    }
+
+    /// Deletes the settled jobs past retention, a small batch per write so
+    /// the writers' queue never waits long behind it; returns how many went.
+    pub async fn prune(&self) -> u64 {
+        let mut pruned = 0;
+        loop {
+            match self
+                .inner
+                .store
+                .prune_settled(self.inner.settings.retention, PRUNE_BATCH)
+                .await
+            {
+                Ok(n) => {
+                    pruned += n;
+                    self.inner.metrics.pruned_jobs.inc_by(n);
+                    if n < u64::from(PRUNE_BATCH) {
+                        break;
+                    }
+                    // Between batches, the jobs being made go first.
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning settled jobs failed; the next pass tries again");
+                    break;
+                }
+            }
+        }
+        if pruned > 0 {
+            tracing::info!(
+                jobs = pruned,
+                retention_s = self.inner.settings.retention.as_secs(),
+                "pruned settled jobs past retention"
+            );
+        }
+        pruned
+    }
+}

@@ -1,0 +1,297 @@
+//! The pages that read: the attention queue (unknown and failed jobs), a
+//! job with its attempts, and the certification matrix.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+use surety_core::{AttemptState, JobState};
+
+use super::session::{operator, to_sign_in};
+use super::views::{
+    AttemptCount, AttemptRow, CertificationPage, CertificationRow, Figure, JobPage, JobSummary,
+    QueuePage, QueueRow, RaceRow, StateCount,
+};
+use super::{MAX_WAIT_S, QUEUE_LENGTH, page};
+use crate::http::error::ApiError;
+use crate::http::extract::job_id;
+use crate::state::AppState;
+
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `ms` as `2 h 5 m`, `3 m 12 s` or `41 s`.
+pub(super) fn age(ms: i64) -> String {
+    let s = Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(0)).as_secs();
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} m {} s", s / 60, s % 60),
+        _ => format!("{} h {} m", s / 3600, s % 3600 / 60),
+    }
+}
+
+pub(super) fn when(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .map(surety_manifest::now_rfc3339)
+        .unwrap_or_default()
+}
+
+pub(super) async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    let (unknown, failed) = match state
+        .inner
+        .store
+        .attention(op.scope.as_ref(), QUEUE_LENGTH)
+        .await
+    {
+        Ok(lists) => lists,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let now = now_ms();
+    let rows = |jobs: &[surety_store::Job]| -> Vec<QueueRow> {
+        jobs.iter()
+            .map(|j| QueueRow {
+                id: j.id.0.clone(),
+                age: age(now - j.updated_at_ms),
+                route: j.route.clone(),
+                provider: String::new(),
+                known: String::new(),
+            })
+            .collect()
+    };
+    let (mut unknown_rows, mut failed_rows) = (rows(&unknown), rows(&failed));
+    // What is known: the last attempt's provider and error.
+    for (rows, jobs) in [(&mut unknown_rows, &unknown), (&mut failed_rows, &failed)] {
+        for (row, job) in rows.iter_mut().zip(jobs.iter()) {
+            if let Ok(attempts) = state.inner.store.attempts(&job.owner, &job.id).await
+                && let Some(last) = attempts.last()
+            {
+                row.provider.clone_from(&last.provider);
+                row.known = last.error.clone().unwrap_or_default();
+            }
+        }
+    }
+    let m = &state.inner.metrics;
+    let figure = |name, value| Figure { name, value };
+    let figures = vec![
+        figure("jobs created (this router)", m.jobs_created.get()),
+        figure("replays answered", m.replays.get()),
+        figure("late results discarded", m.late_results_discarded.get()),
+        figure(
+            "answers held while the database was away",
+            u64::try_from(m.results_held.get()).unwrap_or(0),
+        ),
+        figure("jobs pruned past retention", m.pruned_jobs.get()),
+    ];
+    let by_state = state
+        .inner
+        .store
+        .jobs_by_state(op.scope.as_ref())
+        .await
+        .unwrap_or_default();
+    let by_state: Vec<StateCount> = by_state
+        .iter()
+        .map(|(state, n)| StateCount {
+            state: state.to_string(),
+            count: u64::try_from(*n).unwrap_or(0),
+        })
+        .collect();
+    // Attempts by provider and outcome, as this router counted them.
+    let mut attempts = Vec::new();
+    for family in prometheus::core::Collector::collect(&m.attempts) {
+        for metric in family.get_metric() {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map_or("", |l| l.value())
+                    .to_owned()
+            };
+            attempts.push(AttemptCount {
+                provider: label("provider"),
+                outcome: label("outcome"),
+                count: metric.get_counter().get_value() as u64,
+            });
+        }
+    }
+    page(
+        StatusCode::OK,
+        "queue.html",
+        QueuePage {
+            operator: op.view(),
+            unknown: unknown_rows,
+            failed: failed_rows,
+            figures,
+            by_state,
+            attempts,
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub(super) struct JobQuery {
+    /// Seconds to wait for the job to come to rest first (after a retry).
+    wait: Option<u64>,
+}
+
+pub(super) async fn job_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<JobQuery>,
+) -> Response {
+    let id = match job_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    let owner = match op.owner_of(&state, &id).await {
+        Ok(owner) => owner,
+        Err(e) => return e.into_response(),
+    };
+    let found = match query.wait {
+        Some(seconds) => match state.inner.store.job(&owner, &id).await {
+            Ok(job) => {
+                let seen = crate::jobs::CreatedJob {
+                    job,
+                    replayed: true,
+                    waiter: Some(state.inner.settled.watch(&id)),
+                };
+                let limit = Duration::from_secs(seconds.min(MAX_WAIT_S));
+                crate::jobs::wait_at_rest(&state, &owner, seen, limit)
+                    .await
+                    .map(|(_, job, attempts)| (job, attempts))
+            }
+            Err(e) => Err(e.into()),
+        },
+        None => state
+            .inner
+            .store
+            .job_and_attempts(&owner, &id)
+            .await
+            .map_err(Into::into),
+    };
+    let (job, attempts) = match found {
+        Ok(found) => found,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let races = state
+        .inner
+        .store
+        .races(&owner, &id)
+        .await
+        .unwrap_or_default();
+    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let attempts = attempts
+        .iter()
+        .map(|a| {
+            let ended = a.finished_at_ms.or(a.unknown_since_ms);
+            AttemptRow {
+                ordinal: a.ordinal,
+                hedge: a.slot == surety_store::Slot::Hedge,
+                provider: a.provider.clone(),
+                state: a.state.as_str(),
+                started: when(a.started_at_ms),
+                ended: ended.map(when).unwrap_or_default(),
+                took: ended.map(|e| age(e - a.started_at_ms)).unwrap_or_default(),
+                error: a.error.clone().unwrap_or_default(),
+                open: matches!(a.state, AttemptState::Started | AttemptState::Unknown),
+            }
+        })
+        .collect();
+    let races = races
+        .iter()
+        .map(|r| RaceRow {
+            loser: r.loser_ordinal,
+            winner: r
+                .winner_ordinal
+                .map_or("nobody".to_owned(), |w| format!("attempt {w}")),
+            reason: r.reason.clone(),
+            at: when(r.at_ms),
+        })
+        .collect();
+    let summary = JobSummary {
+        id: job.id.0.clone(),
+        state: job.state.as_str(),
+        retryable: matches!(job.state, JobState::Queued | JobState::Failed),
+        route: job.route.clone(),
+        contract: job.contract.clone(),
+        key: job.key.clone(),
+        created: when(job.created_at_ms),
+        input: pretty(&job.input),
+        result: job.result.as_ref().map(pretty),
+    };
+    page(
+        StatusCode::OK,
+        "job.html",
+        JobPage {
+            operator: op.view(),
+            job: summary,
+            attempts,
+            races,
+        },
+    )
+}
+
+pub(super) async fn certification(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    let list = crate::http::provider_list(&state);
+    let mut rows = Vec::new();
+    for route in &list.routes {
+        for provider in &route.providers {
+            let Some(p) = list.data.iter().find(|p| &p.id == provider) else {
+                continue;
+            };
+            let Some(c) = p.certification.get(&route.contract) else {
+                continue;
+            };
+            rows.push(CertificationRow {
+                route: route.id.clone(),
+                contract: route.contract.clone(),
+                provider: provider.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                expires: c.expires_at.clone().unwrap_or_default(),
+                drift: p
+                    .drift
+                    .as_ref()
+                    .map(|d| format!("model {} answered at {}", d.model, d.at)),
+            });
+        }
+    }
+    let manifest = match state.inner.manifest.current() {
+        Some(m) => format!(
+            "Manifest generated at {} with {} entries{}.",
+            m.generated_at,
+            m.entries.len(),
+            if state.inner.manifest.refused().is_some() {
+                "; the last reload was refused, so this is the last good one"
+            } else {
+                ""
+            }
+        ),
+        None => "No valid manifest is in force: nothing is routed.".to_owned(),
+    };
+    page(
+        StatusCode::OK,
+        "certification.html",
+        CertificationPage {
+            operator: op.view(),
+            rows,
+            manifest,
+        },
+    )
+}

@@ -1,0 +1,137 @@
+//! What each page renders, as typed contexts: the templates read these
+//! fields and no others, and every value is a plain word or number
+//! (minijinja escapes each as it renders it).
+
+use serde::Serialize;
+
+/// The signed-in operator, on every page.
+#[derive(Debug, Serialize)]
+pub(super) struct OperatorView {
+    pub(super) owner: String,
+    /// Whose jobs the pages show: an owner, or "every owner".
+    pub(super) scope: String,
+    /// The session's CSRF token, for the forms that change something.
+    pub(super) csrf: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct SignInPage<'a> {
+    pub(super) error: Option<&'a str>,
+    /// The form's token, also set in a cookie for the sign-in path.
+    pub(super) csrf: &'a str,
+}
+
+/// A job in the attention queue, with what is known of its last attempt.
+#[derive(Debug, Serialize)]
+pub(super) struct QueueRow {
+    pub(super) id: String,
+    pub(super) age: String,
+    pub(super) route: String,
+    pub(super) provider: String,
+    pub(super) known: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct Figure {
+    pub(super) name: &'static str,
+    pub(super) value: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct StateCount {
+    pub(super) state: String,
+    pub(super) count: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct AttemptCount {
+    pub(super) provider: String,
+    pub(super) outcome: String,
+    pub(super) count: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct QueuePage {
+    pub(super) operator: OperatorView,
+    pub(super) unknown: Vec<QueueRow>,
+    pub(super) failed: Vec<QueueRow>,
+    pub(super) figures: Vec<Figure>,
+    pub(super) by_state: Vec<StateCount>,
+    pub(super) attempts: Vec<AttemptCount>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct AttemptRow {
+    pub(super) ordinal: i64,
+    pub(super) hedge: bool,
+    pub(super) provider: String,
+    pub(super) state: &'static str,
+    pub(super) started: String,
+    pub(super) ended: String,
+    pub(super) took: String,
+    pub(super) error: String,
+    pub(super) open: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct RaceRow {
+    pub(super) loser: i64,
+    pub(super) winner: String,
+    pub(super) reason: String,
+    pub(super) at: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct JobSummary {
+    pub(super) id: String,
+    pub(super) state: &'static str,
+    pub(super) retryable: bool,
+    pub(super) route: String,
+    pub(super) contract: String,
+    pub(super) key: String,
+    pub(super) created: String,
+    /// The input and the answer, as pretty JSON text.
+    pub(super) input: String,
+    pub(super) result: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct JobPage {
+    pub(super) operator: OperatorView,
+    pub(super) job: JobSummary,
+    pub(super) attempts: Vec<AttemptRow>,
+    pub(super) races: Vec<RaceRow>,
+}
+
+/// One route × provider of the certification matrix.
+#[derive(Debug, Serialize)]
+pub(super) struct CertificationRow {
+    pub(super) route: String,
+    pub(super) contract: String,
+    pub(super) provider: String,
+    pub(super) status: String,
+    pub(super) reason: String,
+    pub(super) expires: String,
+    pub(super) drift: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct CertificationPage {
+    pub(super) operator: OperatorView,
+    pub(super) rows: Vec<CertificationRow>,
+    /// The manifest in force, in a sentence.
+    pub(super) manifest: String,
+}
+
+/// The question before an act, and the form that answers it.
+#[derive(Debug, Serialize)]
+pub(super) struct ConfirmPage<'a> {
+    pub(super) operator: OperatorView,
+    pub(super) job_id: &'a str,
+    pub(super) title: &'a str,
+    pub(super) explain: &'a str,
+    pub(super) confirm: &'a str,
+    /// Built from the parsed job id, never from the raw path.
+    pub(super) action: &'a str,
+    pub(super) error: Option<String>,
+}
