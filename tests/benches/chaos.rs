@@ -10,7 +10,12 @@
 //! `SURETY_CHAOS_SUSTAINED_SECS` the SQLite sustained-load run's (120),
 //! `SURETY_CHAOS_SCENARIOS` / `SURETY_CHAOS_ENGINES` choose a part.
 
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark prints its figures and fails on what it did not expect"
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -218,7 +223,10 @@ impl Scenario<'_> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one row of the report: each argument is one of its columns' inputs"
+    )]
     async fn row(
         &self,
         db: &TestDb,

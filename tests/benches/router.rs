@@ -9,7 +9,12 @@
 //! `SURETY_BENCH_CELLS` (comma-separated engine names and load labels)
 //! choose a part of the table.
 
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark prints its figures and fails on what it did not expect"
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,7 +8,12 @@
 //! The ratio is the cost of the store's code and of its writer thread. Figures go to stdout and, as JSON, to `$SURETY_BENCH_OUT`
 //! (default `target/bench/store.json`).
 
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark prints its figures and fails on what it did not expect"
+)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

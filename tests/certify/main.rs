@@ -2,8 +2,11 @@
 //! and each misbehaviour is caught by the right check and named in the
 //! report. Plus contract digests, staleness, and manifest signatures.
 
-// Test code: a failed unwrap is a failed test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails on what it did not expect"
+)]
 
 mod binding;
 mod html;

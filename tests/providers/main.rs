@@ -1,8 +1,7 @@
 //! The provider adapters against the fake provider, OpenAI's published
 //! schemas, and a real model on a real third-party server.
 
-// Test code: a failed unwrap is a failed test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a test fails on what it did not expect")]
 
 mod config;
 mod conformance;

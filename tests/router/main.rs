@@ -1,8 +1,7 @@
 //! The router end to end over HTTP, against fake providers, on SQLite and
 //! on PostgreSQL.
 
-// Test code: a failed unwrap is a failed test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a test fails on what it did not expect")]
 
 mod binding;
 mod docs;

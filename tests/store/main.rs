@@ -3,8 +3,11 @@
 //! Each scenario is an `async fn(&TestDb)`; `store_suite!` runs every one of
 //! them once per engine, each on a database of its own.
 
-// Test code: a failed unwrap is a failed test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails on what it did not expect"
+)]
 
 mod model;
 mod scenarios;

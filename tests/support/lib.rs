@@ -7,7 +7,10 @@
 //! When it cannot be reached, a test fails if `CI` is set, and otherwise
 //! says loudly that it skipped PostgreSQL.
 
-#![allow(clippy::expect_used, clippy::unwrap_used)] // Test support fails the test on setup errors.
+#![expect(
+    clippy::expect_used,
+    reason = "test support fails the test on setup errors"
+)]
 
 pub mod chaos;
 pub mod serve;
@@ -387,8 +390,10 @@ impl Drop for TestDb {
 /// Runs each named `async fn(&TestDb)` of module `$scenarios` once per
 /// engine, each on a database of its own: `mod sqlite { ... }` and
 /// `mod postgres { ... }` of `#[tokio::test]`s.
-// `crate::` is meant: the scenarios live in the test binary that calls this.
-#[allow(clippy::crate_in_macro_def)]
+#[expect(
+    clippy::crate_in_macro_def,
+    reason = "`crate::` is meant: the scenarios live in the test binary that calls this"
+)]
 #[macro_export]
 macro_rules! both_engines {
     ($scenarios:ident: $($name:ident),* $(,)?) => {

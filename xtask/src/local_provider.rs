@@ -723,8 +723,6 @@ pub fn openai_sdk() -> Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    // Test code: a failed unwrap is a failed test.
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

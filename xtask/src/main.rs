@@ -10,7 +10,10 @@
 //!   OpenAPI document into the tests' data, recording the source commit.
 
 // A command-line tool: what it prints is its output.
-#![allow(clippy::print_stdout)]
+#![expect(
+    clippy::print_stdout,
+    reason = "a command-line program: its output is its interface"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -538,15 +541,83 @@ mod tidy {
         }
     }
 
-    /// Every Rust file opens with a `//!` line saying what it is for.
-    #[test]
-    fn every_source_file_says_what_it_is_for() {
+    /// Every Rust file of the workspace.
+    fn workspace_files() -> Vec<PathBuf> {
         let root = super::workspace_root();
         let mut files = Vec::new();
         for dir in ["crates", "tests", "xtask"] {
             rust_files(&root.join(dir), &mut files);
         }
         assert!(files.len() > 50, "the tree was read: {} files", files.len());
+        files
+    }
+
+    /// A lint is silenced only with `#[expect(…, reason = "…")]`: the
+    /// reason is written down, and the compiler says when it no longer
+    /// applies. `text`'s offences, by line.
+    fn silenced_without_reason(text: &str) -> Vec<usize> {
+        let mut offences = Vec::new();
+        let allow = concat!("#", "[allow(");
+        let inner_allow = concat!("#!", "[allow(");
+        let expect = concat!("#", "[expect(");
+        let inner_expect = concat!("#!", "[expect(");
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let line = line.trim_start();
+            if line.starts_with(allow) || line.starts_with(inner_allow) {
+                offences.push(i + 1);
+            } else if line.starts_with(expect) || line.starts_with(inner_expect) {
+                // The attribute runs to its `)]`, on this line or a later one.
+                let attribute: String = lines[i..]
+                    .iter()
+                    .take_while(|l| !l.trim_end().ends_with(")]"))
+                    .chain(lines[i..].iter().find(|l| l.trim_end().ends_with(")]")))
+                    .copied()
+                    .collect();
+                if !attribute.contains("reason = ") {
+                    offences.push(i + 1);
+                }
+            }
+        }
+        offences
+    }
+
+    #[test]
+    fn every_silenced_lint_says_why() {
+        let allowed = format!(
+            "{}clippy::unwrap_used)]\nfn f() {{}}\n",
+            concat!("#", "[allow(")
+        );
+        let reasonless = format!(
+            "{}\n    clippy::unwrap_used,\n)]\n",
+            concat!("#!", "[expect(")
+        );
+        let said = format!(
+            "{}\n    clippy::unwrap_used,\n    reason = \"why\"\n)]\n",
+            concat!("#", "[expect(")
+        );
+        assert_eq!(silenced_without_reason(&allowed), [1]);
+        assert_eq!(silenced_without_reason(&reasonless), [1]);
+        assert_eq!(silenced_without_reason(&said), Vec::<usize>::new());
+        let offences: Vec<String> = workspace_files()
+            .iter()
+            .flat_map(|f| {
+                let text = std::fs::read_to_string(f).unwrap_or_default();
+                silenced_without_reason(&text)
+                    .into_iter()
+                    .map(move |line| format!("{}:{line}", f.display()))
+            })
+            .collect();
+        assert!(
+            offences.is_empty(),
+            "lints silenced with `allow`, or without a reason (use `#[expect(lint, reason = \"…\")]`): {offences:#?}"
+        );
+    }
+
+    /// Every Rust file opens with a `//!` line saying what it is for.
+    #[test]
+    fn every_source_file_says_what_it_is_for() {
+        let files = workspace_files();
         let silent: Vec<String> = files
             .iter()
             .filter(|f| {

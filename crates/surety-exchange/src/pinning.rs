@@ -195,7 +195,6 @@ fn first_difference(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
 

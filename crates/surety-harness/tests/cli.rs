@@ -2,8 +2,7 @@
 //! certification failed, 2 when the harness could not run; and the
 //! manifest's verify and keygen.
 
-// Test code: a failed unwrap is a failed test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a test fails on what it did not expect")]
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -267,7 +267,6 @@ impl StructuredMode {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
 

@@ -7,7 +7,10 @@
 //! walks through a double-click, a mismatched retry and a failover,
 //! printing each answer. Everything it writes goes to `target/demo/`.
 
-#![allow(clippy::print_stdout)]
+#![expect(
+    clippy::print_stdout,
+    reason = "a command-line program: its output is its interface"
+)]
 
 use std::path::Path;
 use std::sync::Arc;
@@ -145,6 +148,10 @@ async fn main() -> Result<()> {
     let state = AppState::from_config(&config).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the router under the demo runs until the demo ends"
+    )]
     tokio::spawn(surety_router::serve(
         listener,
         state,

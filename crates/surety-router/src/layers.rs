@@ -4,8 +4,6 @@
 //! `http` and `ui`, whose parts depend on each other, the parts are
 //! layered too.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 
 /// Each module's layer, lowest first. A module's layer is that of the

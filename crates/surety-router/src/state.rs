@@ -221,7 +221,10 @@ impl AppState {
     /// jobs past retention.
     pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
         let state = self.clone();
-        // Its handle is the caller's, who stops it at shutdown.
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "not a job's work: its handle is the caller's, who stops it at shutdown"
+        )]
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -2,8 +2,7 @@
 //! restarted, stopped with SIGTERM mid-attempt, two replicas on one
 //! PostgreSQL, and its JSON log.
 
-// Test code: a failed unwrap is a failed test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a test fails on what it did not expect")]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

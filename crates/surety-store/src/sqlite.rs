@@ -523,7 +523,6 @@ fn answer(batch: &mut Vec<Box<dyn Write>>, outcome: &Result<(), Refused>) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
 
@@ -676,8 +675,10 @@ mod tests {
         assert_eq!(n, 0);
     }
 
-    // Holding the connection across the awaits is the point: writes must queue.
-    #[allow(clippy::await_holding_lock)]
+    #[expect(
+        clippy::await_holding_lock,
+        reason = "holding the connection across the awaits is the point: writes must queue"
+    )]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_queue_while_the_connection_is_busy_and_commit_together() {
         let dir = tempfile::tempdir().unwrap();

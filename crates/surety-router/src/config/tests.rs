@@ -1,5 +1,4 @@
 //! The configuration's parsing, defaults and refusals, each naming its TOML path.
-#![allow(clippy::unwrap_used)]
 
 use super::*;
 

@@ -105,7 +105,6 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     /// Tidy: every API route is registered through `routes!` with its
     /// `#[utoipa::path]`, so none can be served undocumented. The operator's

@@ -83,6 +83,10 @@ pub(crate) async fn accept_until(
             },
         ));
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a connection, not a job's work: `graceful` watches it, and shutdown closes it"
+        )]
         tokio::spawn(async move {
             // An error here is the client's: it went away, or was too slow.
             if let Err(e) = connection.await {
