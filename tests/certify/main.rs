@@ -209,7 +209,9 @@ async fn a_well_behaved_fake_certifies_for_every_contract() {
     assert!(report::summary_table("fake", &results).contains("CERTIFIED"));
     let junit = report::junit("fake", &results);
     assert!(
-        junit.contains("<testsuite name=\"fake/support-triage\" tests=\"10\" failures=\"0\""),
+        junit.contains(
+            "<testsuite name=\"fake/support-triage\" tests=\"10\" skipped=\"0\" errors=\"0\" failures=\"0\">"
+        ),
         "{junit}"
     );
     let snap = std::fs::read_to_string(

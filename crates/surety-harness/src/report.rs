@@ -279,52 +279,45 @@ pub fn markdown(provider: &str, results: &[ContractResult]) -> String {
     out
 }
 
-/// JUnit XML: a suite per contract, a test case per contract case.
+/// JUnit XML (through `quick-junit`): a suite per contract, a test case per
+/// contract case; a case that did not pass is a failure whose type is its
+/// outcome, whose message is the first check that failed (in the order the
+/// checks run), and whose text is every failed check.
 pub fn junit(provider: &str, results: &[ContractResult]) -> String {
-    let mut out = String::from(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"surety certify\">\n",
-    );
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut report = Report::new("surety certify");
     for r in results {
-        let failed = r.cases.iter().filter(|c| !c.passed).count();
-        let _ = writeln!(
-            out,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failed}\" errors=\"0\">",
-            xml(&format!("{provider}/{}", r.contract)),
-            r.cases.len()
-        );
+        let mut suite = TestSuite::new(format!("{provider}/{}", r.contract));
         for case in &r.cases {
-            let _ = write!(
-                out,
-                "    <testcase classname=\"{}\" name=\"{}\"",
-                xml(&format!("{provider}.{}", r.contract)),
-                xml(&case.name)
-            );
-            if case.passed {
-                out.push_str("/>\n");
-                continue;
-            }
-            out.push_str(">\n");
-            let messages = failures_in_order(case);
-            // The first check that failed, in the order the checks run.
-            let first = messages
-                .first()
-                .map(|m| match m.split_once(": ") {
-                    Some((check, text)) => format!("{check} failed: {text}"),
-                    None => m.clone(),
-                })
-                .unwrap_or_else(|| outcome(case.outcome).to_owned());
-            let _ = writeln!(
-                out,
-                "      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>",
-                xml(&first),
-                outcome(case.outcome),
-                xml(&messages.join("\n"))
-            );
+            let status = match case.passed {
+                true => TestCaseStatus::success(),
+                false => {
+                    let messages = failures_in_order(case);
+                    let first = messages
+                        .first()
+                        .map(|m| match m.split_once(": ") {
+                            Some((check, text)) => format!("{check} failed: {text}"),
+                            None => m.clone(),
+                        })
+                        .unwrap_or_else(|| outcome(case.outcome).to_owned());
+                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    status
+                        .set_message(first)
+                        .set_type(outcome(case.outcome))
+                        .set_description(messages.join("\n"));
+                    status
+                }
+            };
+            let mut test = TestCase::new(case.name.clone(), status);
+            test.set_classname(format!("{provider}.{}", r.contract));
+            suite.add_test_case(test);
         }
-        out.push_str("  </testsuite>\n");
+        report.add_test_suite(suite);
     }
-    out.push_str("</testsuites>\n");
-    out
+    // Writing to memory fails only on a bug in the writer.
+    report
+        .to_string()
+        .unwrap_or_else(|e| format!("<!-- the JUnit report could not be written: {e} -->\n"))
 }
 
 /// A case's failed checks as `check (sample N): message`, in the order the
@@ -362,12 +355,4 @@ fn outcome(o: Outcome) -> &'static str {
 
 fn short(digest: &str) -> &str {
     digest.get(..19).unwrap_or(digest)
-}
-
-fn xml(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
 }

@@ -4,6 +4,8 @@
 //! single forced tool whose input schema is the contract's, or through a
 //! prefilled `{` on the assistant turn.
 
+use std::time::Duration;
+
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -11,6 +13,7 @@ use serde_json::{Value, json};
 use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
+use crate::wire::Wire;
 use crate::{
     BoxFuture, CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
     StructuredMode, Usage,
@@ -114,26 +117,38 @@ impl AnthropicProvider {
         );
         Ok(headers)
     }
+}
 
-    async fn send(
+impl Wire for AnthropicProvider {
+    type Answer = WireResponse;
+    const ANSWER: &'static str = "a Messages response";
+
+    fn config(&self) -> &ProviderConfig {
+        &self.config
+    }
+
+    fn http(&self) -> &HttpClient {
+        &self.http
+    }
+
+    fn url(&self) -> String {
+        format!("{}/v1/messages", self.config.base_url)
+    }
+
+    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
+        AnthropicProvider::headers(self, call)
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+        AnthropicProvider::request_body(self, request)
+    }
+
+    fn read(
         &self,
         request: &ChatRequest,
-        call: &CallContext,
+        wire: WireResponse,
+        latency: Duration,
     ) -> Result<ChatResponse, ProviderError> {
-        self.config.capabilities.check(&self.config.id, request)?;
-        let body = self.request_body(request)?;
-        let url = format!("{}/v1/messages", self.config.base_url);
-        let answer = self
-            .http
-            .post_json(&url, self.headers(call)?, &body)
-            .await?;
-        if let Some(error) = self.http.error_in_body(&answer.body) {
-            return Err(error);
-        }
-        let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
-            self.http
-                .bad_response(format!("not a Messages response: {e}"))
-        })?;
         let mode = self.structured_mode();
         let mut text = String::new();
         let mut tool_input = None;
@@ -177,19 +192,13 @@ impl AnthropicProvider {
                 Some(input)
             }
             (OutputFormat::Json { .. }, _) => {
-                if truncated {
-                    return Err(self.http.bad_response(format!(
-                        "the answer was cut at max_tokens ({}) before the JSON closed: {text}",
-                        request.max_tokens
-                    )));
-                }
                 if mode == StructuredMode::Prefill {
                     text.insert(0, '{');
                 }
-                Some(serde_json::from_str(&text).map_err(|e| {
+                Some(
                     self.http
-                        .bad_response(format!("the answer is not JSON ({e}): {text}"))
-                })?)
+                        .json_answer(&text, finish, "max_tokens", request.max_tokens)?,
+                )
             }
         };
         Ok(ChatResponse {
@@ -202,7 +211,7 @@ impl AnthropicProvider {
                 prompt_tokens: wire.usage.input_tokens,
                 completion_tokens: wire.usage.output_tokens,
             },
-            latency: answer.latency,
+            latency,
         })
     }
 }
@@ -217,12 +226,12 @@ impl Provider for AnthropicProvider {
         request: &'a ChatRequest,
         call: &'a CallContext,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(self.send(request, call))
+        Box::pin(crate::wire::chat(self, request, call))
     }
 }
 
 #[derive(Deserialize)]
-struct WireResponse {
+pub(crate) struct WireResponse {
     model: String,
     content: Vec<Block>,
     stop_reason: Option<String>,

@@ -10,6 +10,8 @@
 //! like), or a prompt blocked in `promptFeedback`, is a definite refusal
 //! naming the reason; MAX_TOKENS is a truncated answer.
 
+use std::time::Duration;
+
 use reqwest::header::{HeaderMap, HeaderName};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -17,6 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
+use crate::wire::Wire;
 use crate::{
     BoxFuture, CallContext, ChatRequest, ChatResponse, FailureKind, OutputFormat, Provider,
     ProviderError, Role, StructuredMode, Usage,
@@ -129,26 +132,41 @@ impl GeminiProvider {
         self.http
             .headers(HeaderName::from_static("x-goog-api-key"), "", None)
     }
+}
 
-    async fn send(
-        &self,
-        request: &ChatRequest,
-        _call: &CallContext,
-    ) -> Result<ChatResponse, ProviderError> {
-        self.config.capabilities.check(&self.config.id, request)?;
-        let body = self.request_body(request)?;
-        let url = format!(
+impl Wire for GeminiProvider {
+    type Answer = WireResponse;
+    const ANSWER: &'static str = "a generateContent response";
+
+    fn config(&self) -> &ProviderConfig {
+        &self.config
+    }
+
+    fn http(&self) -> &HttpClient {
+        &self.http
+    }
+
+    fn url(&self) -> String {
+        format!(
             "{}/models/{}:generateContent",
             self.config.base_url, self.config.model
-        );
-        let answer = self.http.post_json(&url, self.headers()?, &body).await?;
-        if let Some(error) = self.http.error_in_body(&answer.body) {
-            return Err(error);
-        }
-        let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
-            self.http
-                .bad_response(format!("not a generateContent response: {e}"))
-        })?;
+        )
+    }
+
+    fn headers(&self, _call: &CallContext) -> Result<HeaderMap, ProviderError> {
+        GeminiProvider::headers(self)
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+        GeminiProvider::request_body(self, request)
+    }
+
+    fn read(
+        &self,
+        request: &ChatRequest,
+        wire: WireResponse,
+        latency: Duration,
+    ) -> Result<ChatResponse, ProviderError> {
         let refused = |reason: &str, words: Option<&str>| {
             let words = words.map(|w| format!("{w} ")).unwrap_or_default();
             ProviderError::new(
@@ -192,16 +210,10 @@ impl GeminiProvider {
         let json = match &request.output {
             OutputFormat::Text => None,
             OutputFormat::Json { .. } => {
-                if finish == crate::Finish::Truncated {
-                    return Err(self.http.bad_response(format!(
-                        "the answer was cut at maxOutputTokens ({}) before the JSON closed: {text}",
-                        request.max_tokens
-                    )));
-                }
-                Some(serde_json::from_str(&text).map_err(|e| {
+                Some(
                     self.http
-                        .bad_response(format!("the answer is not JSON ({e}): {text}"))
-                })?)
+                        .json_answer(&text, finish, "maxOutputTokens", request.max_tokens)?,
+                )
             }
         };
         let usage = wire.usage_metadata.unwrap_or_default();
@@ -216,7 +228,7 @@ impl GeminiProvider {
                 prompt_tokens: usage.prompt_token_count,
                 completion_tokens: usage.candidates_token_count,
             },
-            latency: answer.latency,
+            latency,
         })
     }
 }
@@ -231,7 +243,7 @@ impl Provider for GeminiProvider {
         request: &'a ChatRequest,
         call: &'a CallContext,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(self.send(request, call))
+        Box::pin(crate::wire::chat(self, request, call))
     }
 }
 
@@ -266,7 +278,7 @@ fn openapi_subset(schema: &Value) -> Value {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WireResponse {
+pub(crate) struct WireResponse {
     #[serde(default)]
     candidates: Vec<WireCandidate>,
     prompt_feedback: Option<WireFeedback>,

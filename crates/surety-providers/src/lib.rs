@@ -16,6 +16,7 @@ mod http;
 pub mod kinds;
 pub mod openai;
 mod secret;
+mod wire;
 
 use std::fmt;
 use std::future::Future;

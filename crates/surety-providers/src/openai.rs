@@ -2,6 +2,8 @@
 //! covers every OpenAI-compatible server: vLLM, llama.cpp, Groq, Together,
 //! Azure-style deployments.
 
+use std::time::Duration;
+
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -10,6 +12,7 @@ use tokio::sync::OnceCell;
 use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
+use crate::wire::Wire;
 use crate::{
     BoxFuture, CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
     StructuredMode, Usage,
@@ -97,26 +100,38 @@ impl OpenAiProvider {
             .map(|(c, h)| (h, c.idempotency_key.as_str()));
         self.http.headers(AUTHORIZATION, "Bearer ", idempotency)
     }
+}
 
-    async fn send(
+impl Wire for OpenAiProvider {
+    type Answer = WireResponse;
+    const ANSWER: &'static str = "a chat completion";
+
+    fn config(&self) -> &ProviderConfig {
+        &self.config
+    }
+
+    fn http(&self) -> &HttpClient {
+        &self.http
+    }
+
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.config.base_url)
+    }
+
+    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
+        OpenAiProvider::headers(self, Some(call))
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+        OpenAiProvider::request_body(self, request)
+    }
+
+    fn read(
         &self,
         request: &ChatRequest,
-        call: &CallContext,
+        wire: WireResponse,
+        latency: Duration,
     ) -> Result<ChatResponse, ProviderError> {
-        self.config.capabilities.check(&self.config.id, request)?;
-        let body = self.request_body(request)?;
-        let url = format!("{}/chat/completions", self.config.base_url);
-        let answer = self
-            .http
-            .post_json(&url, self.headers(Some(call))?, &body)
-            .await?;
-        if let Some(error) = self.http.error_in_body(&answer.body) {
-            return Err(error);
-        }
-        let wire: WireResponse = serde_json::from_value(answer.body).map_err(|e| {
-            self.http
-                .bad_response(format!("not a chat completion: {e}"))
-        })?;
         let choice = wire
             .choices
             .into_iter()
@@ -138,19 +153,13 @@ impl OpenAiProvider {
             .finish(&crate::kinds::OPENAI, finish_reason.as_deref(), None)?;
         let (json, structured_mode) = match &request.output {
             OutputFormat::Text => (None, None),
-            OutputFormat::Json { .. } => {
-                if finish == crate::Finish::Truncated {
-                    return Err(self.http.bad_response(format!(
-                        "the answer was cut at max_tokens ({}) before the JSON closed: {text}",
-                        request.max_tokens
-                    )));
-                }
-                let value = serde_json::from_str(&text).map_err(|e| {
+            OutputFormat::Json { .. } => (
+                Some(
                     self.http
-                        .bad_response(format!("the answer is not JSON ({e}): {text}"))
-                })?;
-                (Some(value), Some(self.structured_mode()))
-            }
+                        .json_answer(&text, finish, "max_tokens", request.max_tokens)?,
+                ),
+                Some(self.structured_mode()),
+            ),
         };
         // Nothing after this point may fail: the provider has done the work.
         // (The model listing is asked for at certification, never here.)
@@ -166,11 +175,13 @@ impl OpenAiProvider {
                     completion_tokens: u.completion_tokens,
                 })
                 .unwrap_or_default(),
-            latency: answer.latency,
+            latency,
             structured_mode,
         })
     }
+}
 
+impl OpenAiProvider {
     async fn models(&self) -> Result<&Vec<String>, ProviderError> {
         self.served
             .get_or_try_init(|| async {
@@ -236,7 +247,7 @@ impl Provider for OpenAiProvider {
         request: &'a ChatRequest,
         call: &'a CallContext,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(self.send(request, call))
+        Box::pin(crate::wire::chat(self, request, call))
     }
 
     fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
@@ -281,7 +292,7 @@ fn wire_name(name: &str) -> String {
 }
 
 #[derive(Deserialize)]
-struct WireResponse {
+pub(crate) struct WireResponse {
     model: String,
     choices: Vec<WireChoice>,
     usage: Option<WireUsage>,

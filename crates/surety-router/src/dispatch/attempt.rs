@@ -331,38 +331,34 @@ pub(super) async fn record(
         }
         _ => None,
     };
-    match finish_held(state, handle, outcome).await {
-        Ok(Finish::Won(_)) => {
-            metrics
-                .attempts
-                .with_label_values(&[&handle.provider, "succeeded"])
-                .inc();
-            End::Won
-        }
+    // What became of the attempt, counted in one place: by provider and
+    // outcome, and an answer that did not become the job's is a late
+    // result discarded.
+    let (counted, end) = match finish_held(state, handle, outcome).await {
+        Ok(Finish::Won(_)) => (Some("succeeded"), End::Won),
         Ok(Finish::Lost { winner }) => {
-            metrics
-                .attempts
-                .with_label_values(&[&handle.provider, "lost"])
-                .inc();
             metrics.lost_races.inc();
-            metrics.late_results_discarded.inc();
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, winner = ?winner, "late result discarded: the attempt lost the race");
-            End::Lost
+            (Some("lost"), End::Lost)
         }
-        Ok(Finish::Failed) => {
-            metrics
-                .attempts
-                .with_label_values(&[&handle.provider, "failed"])
-                .inc();
-            End::Failed(next)
-        }
+        Ok(Finish::Failed) => (Some("failed"), End::Failed(next)),
         Err(e) => {
-            tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "the attempt's outcome was refused");
-            metrics.late_results_discarded.inc();
-            End::Lost
+            tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "late result discarded: the attempt's outcome was refused");
+            (None, End::Lost)
         }
+    };
+    if end == End::Lost {
+        metrics.late_results_discarded.inc();
     }
+    if let Some(outcome) = counted {
+        metrics
+            .attempts
+            .with_label_values(&[&handle.provider, outcome])
+            .inc();
+    }
+    end
 }
+
 /// How the provider answered, kept with the job: its usage, its finish
 /// reason (in OpenAI's words, and as the provider said it) and the model.
 fn completion(response: &ChatResponse) -> serde_json::Value {

@@ -11,7 +11,7 @@ use surety_store::{JobId, JobKind, OwnerId};
 
 use super::error::{ApiError, Problem};
 use super::extract::{Caller, JsonObject, PathParams, idempotency_key, job_id};
-use super::responses::{AttemptErrors, AuthErrors, ReadErrors, WriteErrors};
+use super::responses::{Full, Limited, NoSuchJob, Unauthorized, Unavailable, Uncertified};
 use super::views::{AttemptList, CreateJob, JobView, ProblemView};
 use crate::jobs::{Intake, create_or_replay, route_and_contract, wait_at_rest};
 use crate::state::AppState;
@@ -48,7 +48,7 @@ fn prefer_wait(headers: &HeaderMap) -> Option<Duration> {
         (status = 415, description = "The body is not application/json", body = ProblemView, content_type = "application/problem+json"),
         (status = 422, description = "No such route", body = ProblemView, content_type = "application/problem+json"),
         (status = 431, description = "The headers are too large", body = ProblemView, content_type = "application/problem+json"),
-        AuthErrors, AttemptErrors
+        Unauthorized, Limited, Uncertified, Full
     )
 )]
 pub(super) async fn create_job(
@@ -114,8 +114,7 @@ pub(super) async fn create_job(
     params(("id" = String, Path, description = "The job's id")),
     responses(
         (status = 200, description = "The job", body = JobView),
-        (status = 404, description = "No such job of this owner", body = ProblemView, content_type = "application/problem+json"),
-        AuthErrors, ReadErrors
+        Unauthorized, Limited, NoSuchJob, Unavailable
     )
 )]
 pub(super) async fn get_job(
@@ -136,8 +135,7 @@ pub(super) async fn get_job(
     params(("id" = String, Path, description = "The job's id")),
     responses(
         (status = 200, description = "The job's attempts", body = AttemptList),
-        (status = 404, description = "No such job of this owner", body = ProblemView, content_type = "application/problem+json"),
-        AuthErrors, ReadErrors
+        Unauthorized, Limited, NoSuchJob, Unavailable
     )
 )]
 pub(super) async fn get_attempts(
@@ -162,9 +160,8 @@ pub(super) async fn get_attempts(
     responses(
         (status = 202, description = "A new attempt started", body = JobView),
         (status = 400, description = "The job's input no longer fits its contract", body = ProblemView, content_type = "application/problem+json"),
-        (status = 404, description = "No such job of this owner", body = ProblemView, content_type = "application/problem+json"),
         (status = 409, description = "An attempt is still open, or the job is settled", body = ProblemView, content_type = "application/problem+json"),
-        AuthErrors, AttemptErrors
+        Unauthorized, Limited, NoSuchJob, Uncertified, Full
     )
 )]
 pub(super) async fn retry(
@@ -197,7 +194,7 @@ pub(super) async fn retry(
         (status = 403, description = "Not an admin key", body = ProblemView, content_type = "application/problem+json"),
         (status = 404, description = "No such job or attempt of this owner", body = ProblemView, content_type = "application/problem+json"),
         (status = 409, description = "The attempt is not open", body = ProblemView, content_type = "application/problem+json"),
-        AuthErrors, WriteErrors
+        Unauthorized, Limited, Unavailable, Full
     )
 )]
 pub(super) async fn cancel(

@@ -11,7 +11,7 @@ use serde_json::Value;
 use surety_config::Facade;
 
 use super::extract::Caller;
-use super::responses::AuthErrors;
+use super::responses::{Limited, Unauthorized};
 use super::views::{
     CertificationView, DriftView, ProviderList, ProviderView, Readiness, RouteView,
 };
@@ -24,7 +24,8 @@ use crate::state::AppState;
     tag = "providers",
     responses(
         (status = 200, description = "Providers and routes", body = ProviderList),
-        AuthErrors,
+        Unauthorized,
+        Limited,
     )
 )]
 pub(super) async fn providers(

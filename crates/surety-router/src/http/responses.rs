@@ -9,97 +9,65 @@ use utoipa::IntoResponses;
 
 use super::views::{OpenAiErrorView, ProblemView};
 
-/// Before any handler of an authenticated operation.
-#[derive(IntoResponses)]
-#[expect(dead_code, reason = "documentation only: read by utoipa's derive")]
-pub enum AuthErrors {
-    #[response(
-        status = 401,
-        description = "No or an unknown API key",
-        content_type = "application/problem+json"
-    )]
-    Unauthorized(ProblemView),
-    #[response(
-        status = 429,
-        description = "This owner's rate or concurrency limit, or too many failed authentications from this address (Retry-After says when)",
-        content_type = "application/problem+json"
-    )]
-    Limited(ProblemView),
+/// One documented response: `$name` is the status `$status` with the body
+/// `$body` (as `$content`), described as `$description`.
+macro_rules! response {
+    ($(#[$doc:meta])* $name:ident: $status:tt, $body:ty, $content:tt, $description:tt) => {
+        $(#[$doc])*
+        #[derive(IntoResponses)]
+        #[response(status = $status, description = $description, content_type = $content)]
+        #[expect(dead_code, reason = "documentation only: read by utoipa's derive")]
+        pub struct $name($body);
+    };
 }
 
-/// An operation that reads the database.
-#[derive(IntoResponses)]
-#[expect(dead_code, reason = "documentation only: read by utoipa's derive")]
-pub enum ReadErrors {
-    #[response(
-        status = 503,
-        description = "The database is unavailable: nothing was recorded; send the same request again after Retry-After",
-        content_type = "application/problem+json"
-    )]
-    Unavailable(ProblemView),
-}
-
-/// An operation that records something.
-#[derive(IntoResponses)]
-#[expect(dead_code, reason = "documentation only: read by utoipa's derive")]
-pub enum WriteErrors {
-    #[response(
-        status = 503,
-        description = "The database is unavailable: nothing was recorded; send the same request again after Retry-After",
-        content_type = "application/problem+json"
-    )]
-    Unavailable(ProblemView),
-    #[response(
-        status = 507,
-        description = "The database is full: nothing was recorded; send the same request again after Retry-After",
-        content_type = "application/problem+json"
-    )]
-    Full(ProblemView),
-}
-
-/// An operation that records a new attempt, which needs a certified provider.
-#[derive(IntoResponses)]
-#[expect(dead_code, reason = "documentation only: read by utoipa's derive")]
-pub enum AttemptErrors {
-    #[response(
-        status = 503,
-        description = "No provider of the route is certified for its contract now; or the database is unavailable: nothing was recorded; send the same request again after Retry-After",
-        content_type = "application/problem+json"
-    )]
-    Unavailable(ProblemView),
-    #[response(
-        status = 507,
-        description = "The database is full: nothing was recorded; send the same request again after Retry-After",
-        content_type = "application/problem+json"
-    )]
-    Full(ProblemView),
-}
-
-/// [`AuthErrors`], in OpenAI's format.
-#[derive(IntoResponses)]
-#[expect(dead_code, reason = "documentation only: read by utoipa's derive")]
-pub enum OpenAiAuthErrors {
-    #[response(status = 401, description = "No or an unknown API key")]
-    Unauthorized(OpenAiErrorView),
-    #[response(
-        status = 429,
-        description = "This owner's rate or concurrency limit, or too many failed authentications from this address (Retry-After says when)"
-    )]
-    Limited(OpenAiErrorView),
-}
-
-/// [`AttemptErrors`], in OpenAI's format.
-#[derive(IntoResponses)]
-#[expect(dead_code, reason = "documentation only: read by utoipa's derive")]
-pub enum OpenAiAttemptErrors {
-    #[response(
-        status = 503,
-        description = "No provider of the route is certified now; or the database is unavailable: nothing was recorded; send the same request again after Retry-After"
-    )]
-    Unavailable(OpenAiErrorView),
-    #[response(
-        status = 507,
-        description = "The database is full: nothing was recorded; send the same request again after Retry-After"
-    )]
-    Full(OpenAiErrorView),
-}
+response!(
+    /// No or an unknown API key.
+    Unauthorized: 401, ProblemView, "application/problem+json",
+    "No or an unknown API key"
+);
+response!(
+    /// Past the owner's limits, or too many failed authentications.
+    Limited: 429, ProblemView, "application/problem+json",
+    "This owner's rate or concurrency limit, or too many failed authentications from this address (Retry-After says when)"
+);
+response!(
+    /// A job of this owner that is not there.
+    NoSuchJob: 404, ProblemView, "application/problem+json",
+    "No such job of this owner"
+);
+response!(
+    /// The database is away: nothing was recorded.
+    Unavailable: 503, ProblemView, "application/problem+json",
+    "The database is unavailable: nothing was recorded; send the same request again after Retry-After"
+);
+response!(
+    /// No certified provider for a new attempt, or the database is away.
+    Uncertified: 503, ProblemView, "application/problem+json",
+    "No provider of the route is certified for its contract now; or the database is unavailable: nothing was recorded; send the same request again after Retry-After"
+);
+response!(
+    /// The database is full: nothing was recorded.
+    Full: 507, ProblemView, "application/problem+json",
+    "The database is full: nothing was recorded; send the same request again after Retry-After"
+);
+response!(
+    /// [`Unauthorized`], in OpenAI's format.
+    OpenAiUnauthorized: 401, OpenAiErrorView, "application/json",
+    "No or an unknown API key"
+);
+response!(
+    /// [`Limited`], in OpenAI's format.
+    OpenAiLimited: 429, OpenAiErrorView, "application/json",
+    "This owner's rate or concurrency limit, or too many failed authentications from this address (Retry-After says when)"
+);
+response!(
+    /// [`Uncertified`], in OpenAI's format.
+    OpenAiUncertified: 503, OpenAiErrorView, "application/json",
+    "No provider of the route is certified now; or the database is unavailable: nothing was recorded; send the same request again after Retry-After"
+);
+response!(
+    /// [`Full`], in OpenAI's format.
+    OpenAiFull: 507, OpenAiErrorView, "application/json",
+    "The database is full: nothing was recorded; send the same request again after Retry-After"
+);

@@ -33,7 +33,7 @@ use request::{chat_messages, parameters, pin};
 
 use super::error::{ApiError, Problem};
 use super::extract::{Caller, JsonObject, idempotency_key};
-use super::responses::{OpenAiAttemptErrors, OpenAiAuthErrors};
+use super::responses::{OpenAiFull, OpenAiLimited, OpenAiUnauthorized, OpenAiUncertified};
 use super::views::{
     ChatCompletion, ChatRequestDoc, ChunkEventDoc, ModelList, ModelView, OpenAiErrorView,
 };
@@ -56,7 +56,8 @@ pub const DEDUPLICATION: &str = "surety-deduplication";
     tag = "openai",
     responses(
         (status = 200, description = "The routes", body = ModelList),
-        OpenAiAuthErrors,
+        OpenAiUnauthorized,
+        OpenAiLimited,
     )
 )]
 pub async fn models(State(state): State<AppState>, _caller: OpenAiCaller) -> Response {
@@ -100,8 +101,10 @@ pub async fn models(State(state): State<AppState>, _caller: OpenAiCaller) -> Res
         (status = 431, description = "The headers are too large", body = OpenAiErrorView),
         (status = 502, description = "Every certified provider failed", body = OpenAiErrorView),
         (status = 504, description = "The job is still running, or unknown", body = OpenAiErrorView),
-        OpenAiAuthErrors,
-        OpenAiAttemptErrors,
+        OpenAiUnauthorized,
+        OpenAiLimited,
+        OpenAiUncertified,
+        OpenAiFull,
     )
 )]
 pub async fn chat_completions(

@@ -1,0 +1,79 @@
+//! The skeleton every wire format's chat call shares, written once: check
+//! the request against the provider's capabilities, build the body, POST it
+//! with the kind's headers, take an error sent in a 200 body for what it is,
+//! parse the answer as the wire format's type, and hand it to the format to
+//! read. A kind says only what differs ([`Wire`]).
+
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::config::ProviderConfig;
+use crate::http::HttpClient;
+use crate::{CallContext, ChatRequest, ChatResponse, Finish, ProviderError};
+
+/// One wire format: how its requests are written and its answers read.
+pub(crate) trait Wire: Sync {
+    /// The answer's body as the format has it.
+    type Answer: DeserializeOwned;
+    /// What the answer is, in words, for an answer that does not parse.
+    const ANSWER: &'static str;
+
+    fn config(&self) -> &ProviderConfig;
+    fn http(&self) -> &HttpClient;
+    /// Where a chat call goes.
+    fn url(&self) -> String;
+    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError>;
+    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError>;
+    /// The answer to `request`, read; `latency` is the call's.
+    fn read(
+        &self,
+        request: &ChatRequest,
+        answer: Self::Answer,
+        latency: Duration,
+    ) -> Result<ChatResponse, ProviderError>;
+}
+
+/// One chat call in `wire`'s format.
+pub(crate) async fn chat<W: Wire>(
+    wire: &W,
+    request: &ChatRequest,
+    call: &CallContext,
+) -> Result<ChatResponse, ProviderError> {
+    let config = wire.config();
+    config.capabilities.check(&config.id, request)?;
+    let body = wire.request_body(request)?;
+    let http = wire.http();
+    let answer = http
+        .post_json(&wire.url(), wire.headers(call)?, &body)
+        .await?;
+    if let Some(error) = http.error_in_body(&answer.body) {
+        return Err(error);
+    }
+    let parsed: W::Answer = serde_json::from_value(answer.body)
+        .map_err(|e| http.bad_response(format!("not {}: {e}", W::ANSWER)))?;
+    wire.read(request, parsed, answer.latency)
+}
+
+impl HttpClient {
+    /// A JSON answer's text as JSON: refused when the answer was cut at the
+    /// token limit (`limit`, as the format names it) before the JSON
+    /// closed, or when it is not JSON.
+    pub(crate) fn json_answer(
+        &self,
+        text: &str,
+        finish: Finish,
+        limit: &str,
+        max_tokens: u32,
+    ) -> Result<Value, ProviderError> {
+        if finish == Finish::Truncated {
+            return Err(self.bad_response(format!(
+                "the answer was cut at {limit} ({max_tokens}) before the JSON closed: {text}"
+            )));
+        }
+        serde_json::from_str(text)
+            .map_err(|e| self.bad_response(format!("the answer is not JSON ({e}): {text}")))
+    }
+}
