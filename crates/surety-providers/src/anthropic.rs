@@ -42,9 +42,39 @@ impl AnthropicProvider {
     pub fn structured_mode(&self) -> StructuredMode {
         self.config.structured_mode()
     }
+}
+
+impl Wire for AnthropicProvider {
+    type Answer = WireResponse;
+    const ANSWER: &'static str = "a Messages response";
+
+    fn parts(&self) -> (&ProviderConfig, &HttpClient) {
+        (&self.config, &self.http)
+    }
+
+    fn url(&self) -> String {
+        format!("{}/v1/messages", self.config.base_url)
+    }
+
+    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
+        let idempotency = self
+            .config
+            .capabilities
+            .idempotency_header
+            .as_deref()
+            .map(|h| (h, call.idempotency_key.as_str()));
+        let mut headers =
+            self.http
+                .headers(HeaderName::from_static("x-api-key"), "", idempotency)?;
+        headers.insert(
+            "anthropic-version",
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        Ok(headers)
+    }
 
     /// The request body this adapter sends for `request`.
-    pub fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
         let system: Vec<&str> = request
             .messages
             .iter()
@@ -99,48 +129,6 @@ impl AnthropicProvider {
         }
         body["messages"] = json!(messages);
         Ok(body)
-    }
-
-    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
-        let idempotency = self
-            .config
-            .capabilities
-            .idempotency_header
-            .as_deref()
-            .map(|h| (h, call.idempotency_key.as_str()));
-        let mut headers =
-            self.http
-                .headers(HeaderName::from_static("x-api-key"), "", idempotency)?;
-        headers.insert(
-            "anthropic-version",
-            HeaderValue::from_static(ANTHROPIC_VERSION),
-        );
-        Ok(headers)
-    }
-}
-
-impl Wire for AnthropicProvider {
-    type Answer = WireResponse;
-    const ANSWER: &'static str = "a Messages response";
-
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
-
-    fn http(&self) -> &HttpClient {
-        &self.http
-    }
-
-    fn url(&self) -> String {
-        format!("{}/v1/messages", self.config.base_url)
-    }
-
-    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
-        AnthropicProvider::headers(self, call)
-    }
-
-    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
-        AnthropicProvider::request_body(self, request)
     }
 
     fn read(

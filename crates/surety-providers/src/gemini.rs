@@ -66,10 +66,31 @@ impl GeminiProvider {
     pub fn structured_mode(&self) -> StructuredMode {
         self.config.structured_mode()
     }
+}
+
+impl Wire for GeminiProvider {
+    type Answer = WireResponse;
+    const ANSWER: &'static str = "a generateContent response";
+
+    fn parts(&self) -> (&ProviderConfig, &HttpClient) {
+        (&self.config, &self.http)
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "{}/models/{}:generateContent",
+            self.config.base_url, self.config.model
+        )
+    }
+
+    fn headers(&self, _call: &CallContext) -> Result<HeaderMap, ProviderError> {
+        self.http
+            .headers(HeaderName::from_static("x-goog-api-key"), "", None)
+    }
 
     /// The request body this adapter sends for `request`; public so that
     /// conformance tests can check it against Google's own types.
-    pub fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
         let system: Vec<Value> = request
             .messages
             .iter()
@@ -126,39 +147,6 @@ impl GeminiProvider {
             body["systemInstruction"] = json!({ "parts": system });
         }
         Ok(body)
-    }
-
-    fn headers(&self) -> Result<HeaderMap, ProviderError> {
-        self.http
-            .headers(HeaderName::from_static("x-goog-api-key"), "", None)
-    }
-}
-
-impl Wire for GeminiProvider {
-    type Answer = WireResponse;
-    const ANSWER: &'static str = "a generateContent response";
-
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
-
-    fn http(&self) -> &HttpClient {
-        &self.http
-    }
-
-    fn url(&self) -> String {
-        format!(
-            "{}/models/{}:generateContent",
-            self.config.base_url, self.config.model
-        )
-    }
-
-    fn headers(&self, _call: &CallContext) -> Result<HeaderMap, ProviderError> {
-        GeminiProvider::headers(self)
-    }
-
-    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
-        GeminiProvider::request_body(self, request)
     }
 
     fn read(

@@ -36,9 +36,38 @@ impl OpenAiProvider {
         })
     }
 
+    /// The mode used for JSON: the first the provider declares.
+    pub fn structured_mode(&self) -> StructuredMode {
+        self.config.structured_mode()
+    }
+
+    fn headers(&self, call: Option<&CallContext>) -> Result<HeaderMap, ProviderError> {
+        let idempotency = call
+            .zip(self.config.capabilities.idempotency_header.as_deref())
+            .map(|(c, h)| (h, c.idempotency_key.as_str()));
+        self.http.headers(AUTHORIZATION, "Bearer ", idempotency)
+    }
+}
+
+impl Wire for OpenAiProvider {
+    type Answer = WireResponse;
+    const ANSWER: &'static str = "a chat completion";
+
+    fn parts(&self) -> (&ProviderConfig, &HttpClient) {
+        (&self.config, &self.http)
+    }
+
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.config.base_url)
+    }
+
+    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
+        OpenAiProvider::headers(self, Some(call))
+    }
+
     /// The request body this adapter sends for `request`; public so that
     /// conformance tests can check it against OpenAI's published schema.
-    pub fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
+    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
         let messages: Vec<Value> = request
             .messages
             .iter()
@@ -87,43 +116,6 @@ impl OpenAiProvider {
             }
         }
         Ok(body)
-    }
-
-    /// The mode used for JSON: the first the provider declares.
-    pub fn structured_mode(&self) -> StructuredMode {
-        self.config.structured_mode()
-    }
-
-    fn headers(&self, call: Option<&CallContext>) -> Result<HeaderMap, ProviderError> {
-        let idempotency = call
-            .zip(self.config.capabilities.idempotency_header.as_deref())
-            .map(|(c, h)| (h, c.idempotency_key.as_str()));
-        self.http.headers(AUTHORIZATION, "Bearer ", idempotency)
-    }
-}
-
-impl Wire for OpenAiProvider {
-    type Answer = WireResponse;
-    const ANSWER: &'static str = "a chat completion";
-
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
-
-    fn http(&self) -> &HttpClient {
-        &self.http
-    }
-
-    fn url(&self) -> String {
-        format!("{}/chat/completions", self.config.base_url)
-    }
-
-    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
-        OpenAiProvider::headers(self, Some(call))
-    }
-
-    fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
-        OpenAiProvider::request_body(self, request)
     }
 
     fn read(

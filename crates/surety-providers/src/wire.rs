@@ -21,8 +21,8 @@ pub(crate) trait Wire: Sync {
     /// What the answer is, in words, for an answer that does not parse.
     const ANSWER: &'static str;
 
-    fn config(&self) -> &ProviderConfig;
-    fn http(&self) -> &HttpClient;
+    /// The provider's configuration and its HTTP client.
+    fn parts(&self) -> (&ProviderConfig, &HttpClient);
     /// Where a chat call goes.
     fn url(&self) -> String;
     fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError>;
@@ -42,10 +42,9 @@ pub(crate) async fn chat<W: Wire>(
     request: &ChatRequest,
     call: &CallContext,
 ) -> Result<ChatResponse, ProviderError> {
-    let config = wire.config();
+    let (config, http) = wire.parts();
     config.capabilities.check(&config.id, request)?;
     let body = wire.request_body(request)?;
-    let http = wire.http();
     let answer = http
         .post_json(&wire.url(), wire.headers(call)?, &body)
         .await?;

@@ -1,11 +1,12 @@
 //! The pages that change something: a confirmation page for each act
 //! (cancel an open attempt, retry a job), whose form carries the session's
-//! CSRF token and whose action is built from the parsed job id.
+//! CSRF token and whose action is built from the parsed job id; and the
+//! POST that does the act, through the same `jobs` operations as the API.
 
 use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use surety_store::{JobId, OwnerId};
+use surety_store::JobId;
 
 use super::page;
 use super::session::{Operator, Token, acting, operator, to_sign_in};
@@ -14,20 +15,71 @@ use crate::http::error::ApiError;
 use crate::http::extract::job_id;
 use crate::state::AppState;
 
-/// What a confirmation page asks, and where its form goes.
-pub(super) struct Confirm<'a> {
-    title: String,
-    explain: &'a str,
-    confirm: &'a str,
-    action: String,
+/// An act on a job.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    /// Cancel attempt `n`.
+    Cancel(i64),
+    Retry,
 }
 
-pub(super) fn confirmation(
-    op: &Operator,
-    job_id: &str,
-    ask: &Confirm<'_>,
-    error: Option<String>,
-) -> Response {
+impl Act {
+    /// The page's title, for job `id`.
+    fn title(self, id: &JobId) -> String {
+        match self {
+            Act::Cancel(n) => format!("Cancel attempt {n} of job {id}?"),
+            Act::Retry => format!("Retry job {id}?"),
+        }
+    }
+
+    fn explain(self) -> &'static str {
+        match self {
+            Act::Cancel(_) => {
+                "The provider may have done the work: cancel only once you know it did not (or that it does not matter). The attempt becomes cancelled, a late answer from it loses, and the job may be retried."
+            }
+            Act::Retry => {
+                "A new attempt starts at the route's first certified provider, under the same job."
+            }
+        }
+    }
+
+    fn confirm(self) -> &'static str {
+        match self {
+            Act::Cancel(_) => "Yes, cancel the attempt",
+            Act::Retry => "Yes, retry the job",
+        }
+    }
+
+    /// Where the form posts: built from the parsed id, never the raw path.
+    fn action(self, id: &JobId) -> String {
+        match self {
+            Act::Cancel(n) => format!("/ui/jobs/{id}/attempts/{n}/cancel"),
+            Act::Retry => format!("/ui/jobs/{id}/retry"),
+        }
+    }
+
+    /// Where the operator goes once it is done: the job's page (after a
+    /// retry, waiting for the new attempt's outcome).
+    fn after(self, id: &JobId) -> String {
+        match self {
+            Act::Cancel(_) => format!("/ui/jobs/{id}"),
+            Act::Retry => format!("/ui/jobs/{id}?wait=10"),
+        }
+    }
+
+    /// Does it, as the operator `op` may.
+    async fn run(self, state: &AppState, op: &Operator, id: &JobId) -> Result<(), ApiError> {
+        let owner = op.owner_of(state, id).await?;
+        match self {
+            Act::Cancel(n) => crate::jobs::cancel(state, &owner, id, n).await?,
+            Act::Retry => crate::jobs::retry(state, &owner, id).await?,
+        }
+        Ok(())
+    }
+}
+
+/// The question before `act` on job `id`, with `error` when a try failed.
+fn confirmation(op: &Operator, id: &JobId, act: Act, error: Option<String>) -> Response {
     let status = match error {
         Some(_) => StatusCode::CONFLICT,
         None => StatusCode::OK,
@@ -37,31 +89,43 @@ pub(super) fn confirmation(
         "confirm.html",
         ConfirmPage {
             operator: op.view(),
-            job_id,
-            title: &ask.title,
-            explain: ask.explain,
-            confirm: ask.confirm,
-            action: &ask.action,
+            job_id: &id.0,
+            title: &act.title(id),
+            explain: act.explain(),
+            confirm: act.confirm(),
+            action: &act.action(id),
             error,
         },
     )
 }
 
-pub(super) fn cancel_question(id: &str, n: i64) -> Confirm<'static> {
-    Confirm {
-        title: format!("Cancel attempt {n} of job {id}?"),
-        explain: "The provider may have done the work: cancel only once you know it did not (or that it does not matter). The attempt becomes cancelled, a late answer from it loses, and the job may be retried.",
-        confirm: "Yes, cancel the attempt",
-        action: format!("/ui/jobs/{id}/attempts/{n}/cancel"),
+/// The confirmation page of `act` on job `raw` (a 404 for an id that
+/// cannot be one).
+async fn ask(state: &AppState, headers: &HeaderMap, raw: &str, act: Act) -> Response {
+    let id = match job_id(raw) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    match operator(state, headers) {
+        Some(op) => confirmation(&op, &id, act, None),
+        None => to_sign_in(),
     }
 }
 
-pub(super) fn retry_question(id: &str) -> Confirm<'static> {
-    Confirm {
-        title: format!("Retry job {id}?"),
-        explain: "A new attempt starts at the route's first certified provider, under the same job.",
-        confirm: "Yes, retry the job",
-        action: format!("/ui/jobs/{id}/retry"),
+/// `act` on job `raw`, for the operator whose session token the form
+/// carries; then to the job's page, or back to the question saying why not.
+async fn act(state: &AppState, headers: &HeaderMap, form: &Token, raw: &str, act: Act) -> Response {
+    let op = match acting(state, headers, form) {
+        Ok(op) => op,
+        Err(refused) => return refused.into_response(),
+    };
+    let id = match job_id(raw) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    match act.run(state, &op, &id).await {
+        Ok(()) => Redirect::to(&act.after(&id)).into_response(),
+        Err(e) => confirmation(&op, &id, act, Some(e.detail)),
     }
 }
 
@@ -70,14 +134,7 @@ pub(super) async fn confirm_cancel(
     headers: HeaderMap,
     Path((id, n)): Path<(String, i64)>,
 ) -> Response {
-    // The form's action is built from the parsed id, never the raw path.
-    if let Err(e) = job_id(&id) {
-        return e.into_response();
-    }
-    match operator(&state, &headers) {
-        Some(op) => confirmation(&op, &id, &cancel_question(&id, n), None),
-        None => to_sign_in(),
-    }
+    ask(&state, &headers, &id, Act::Cancel(n)).await
 }
 
 pub(super) async fn confirm_retry(
@@ -85,45 +142,7 @@ pub(super) async fn confirm_retry(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Err(e) = job_id(&id) {
-        return e.into_response();
-    }
-    match operator(&state, &headers) {
-        Some(op) => confirmation(&op, &id, &retry_question(&id), None),
-        None => to_sign_in(),
-    }
-}
-
-/// After an action: to `after`, or back to its question, saying why not.
-pub(super) fn answered(
-    op: &Operator,
-    job_id: &str,
-    question: &Confirm<'_>,
-    done: Result<(), ApiError>,
-    after: &str,
-) -> Response {
-    match done {
-        Ok(()) => Redirect::to(after).into_response(),
-        Err(e) => confirmation(op, job_id, question, Some(e.detail)),
-    }
-}
-
-/// A form that acts on job `id`: the operator whose token it carries, and
-/// the parsed job id with the owner this operator may act for; else the
-/// answer that refuses it.
-pub(super) async fn acting_on(
-    state: &AppState,
-    headers: &HeaderMap,
-    form: &Token,
-    id: &str,
-) -> Result<(Operator, Result<(OwnerId, JobId), ApiError>), Response> {
-    let op = acting(state, headers, form).map_err(IntoResponse::into_response)?;
-    let job_id = job_id(id).map_err(IntoResponse::into_response)?;
-    let owner = op
-        .owner_of(state, &job_id)
-        .await
-        .map(|owner| (owner, job_id));
-    Ok((op, owner))
+    ask(&state, &headers, &id, Act::Retry).await
 }
 
 pub(super) async fn cancel(
@@ -132,18 +151,7 @@ pub(super) async fn cancel(
     Path((id, n)): Path<(String, i64)>,
     Form(form): Form<Token>,
 ) -> Response {
-    let (op, found) = match acting_on(&state, &headers, &form, &id).await {
-        Ok(acting) => acting,
-        Err(refused) => return refused,
-    };
-    let done = match found {
-        Ok((owner, job_id)) => crate::jobs::cancel(&state, &owner, &job_id, n)
-            .await
-            .map_err(ApiError::from),
-        Err(e) => Err(e),
-    };
-    let after = format!("/ui/jobs/{id}");
-    answered(&op, &id, &cancel_question(&id, n), done, &after)
+    act(&state, &headers, &form, &id, Act::Cancel(n)).await
 }
 
 pub(super) async fn retry(
@@ -152,17 +160,5 @@ pub(super) async fn retry(
     Path(id): Path<String>,
     Form(form): Form<Token>,
 ) -> Response {
-    let (op, found) = match acting_on(&state, &headers, &form, &id).await {
-        Ok(acting) => acting,
-        Err(refused) => return refused,
-    };
-    let done = match found {
-        Ok((owner, job_id)) => crate::jobs::retry(&state, &owner, &job_id)
-            .await
-            .map_err(ApiError::from),
-        Err(e) => Err(e),
-    };
-    // The job's page shows the outcome once the new attempt has one.
-    let after = format!("/ui/jobs/{id}?wait=10");
-    answered(&op, &id, &retry_question(&id), done, &after)
+    act(&state, &headers, &form, &id, Act::Retry).await
 }
