@@ -32,14 +32,8 @@ fn headless(chromium: &Path, page: &Path, args: &[&str]) -> String {
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(args)
         .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("chromium runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+        .output();
+    surety_tests::printed(output, "chromium")
 }
 
 /// A failing certification's report shows the failing check and the golden

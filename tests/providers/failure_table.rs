@@ -337,6 +337,22 @@ async fn a_thinking_models_thoughts_are_not_its_answer() {
     }
 }
 
+/// `behavior`, at every kind, fails as `failure` (of `class`, with
+/// `status`), in words that contain `words`.
+async fn fails_at_every_kind(
+    behavior: Behavior,
+    failure: FailureKind,
+    class: FailureClass,
+    status: Option<u16>,
+    words: &str,
+) {
+    for kind in kinds() {
+        let (error, _) = fail_with(kind, behavior.clone(), "").await;
+        check(&error, failure, class, status);
+        assert!(error.message.contains(words), "{kind}: {error}");
+    }
+}
+
 #[tokio::test]
 async fn a_server_that_answers_it_failed_is_definite() {
     for status in [500, 503, 529] {
@@ -345,19 +361,15 @@ async fn a_server_that_answers_it_failed_is_definite() {
             body: error_body("internal_server_error", "boom"),
             retry_after: None,
         };
-        for kind in kinds() {
-            let (error, _) = fail_with(kind, behavior.clone(), "").await;
-            check(
-                &error,
-                FailureKind::ServerError,
-                FailureClass::Definite,
-                Some(status),
-            );
-            assert!(
-                error.message.contains("internal_server_error: boom"),
-                "{kind}: {error}"
-            );
-        }
+        let (failure, class) = (FailureKind::ServerError, FailureClass::Definite);
+        fails_at_every_kind(
+            behavior,
+            failure,
+            class,
+            Some(status),
+            "internal_server_error: boom",
+        )
+        .await;
     }
 }
 
@@ -368,36 +380,17 @@ async fn an_error_object_in_a_200_is_definite_in_the_servers_words() {
         body: error_body("server_error", "The engine is currently overloaded"),
         retry_after: None,
     };
-    for kind in kinds() {
-        let (error, _) = fail_with(kind, behavior.clone(), "").await;
-        check(
-            &error,
-            FailureKind::ServerError,
-            FailureClass::Definite,
-            Some(200),
-        );
-        assert!(
-            error.message.contains(
-                "HTTP 200 carrying an error: server_error: The engine is currently overloaded"
-            ),
-            "{kind}: {error}"
-        );
-    }
+    let words = "HTTP 200 carrying an error: server_error: The engine is currently overloaded";
+    let (failure, class) = (FailureKind::ServerError, FailureClass::Definite);
+    fails_at_every_kind(behavior, failure, class, Some(200), words).await;
 }
 
 #[tokio::test]
 async fn a_refusal_is_definite_in_the_models_words() {
     let behavior = Behavior::Refuse("I can't assist with that request.".into());
-    for kind in kinds() {
-        let (error, _) = fail_with(kind, behavior.clone(), "").await;
-        check(&error, FailureKind::Refused, FailureClass::Definite, None);
-        assert!(
-            error
-                .message
-                .contains("the model refused: I can't assist with that request."),
-            "{kind}: {error}"
-        );
-    }
+    let words = "the model refused: I can't assist with that request.";
+    let (failure, class) = (FailureKind::Refused, FailureClass::Definite);
+    fails_at_every_kind(behavior, failure, class, None, words).await;
 }
 
 #[tokio::test]

@@ -43,6 +43,18 @@ pub fn language_script() -> Script {
     script
 }
 
+/// A fake that answers `{"language": language}` to everything, after `ms`.
+pub async fn answering_after(language: &str, ms: u64) -> FakeProvider {
+    let reply = Behavior::Reply(json!({ "language": language }).to_string());
+    FakeProvider::start(Script::always(reply.clone()).rule_with_latency(
+        When::Always,
+        reply,
+        surety_fake_provider::Latency::FixedMs(ms),
+    ))
+    .await
+    .unwrap()
+}
+
 /// `[providers.<id>]` for a fake, as the test routers configure it.
 pub fn provider_toml(id: &str, fake: &FakeProvider) -> String {
     format!(

@@ -435,14 +435,9 @@ async fn the_operator_pages_in_a_real_browser() {
         .env("OTHER_JOB", id(&other))
         .env("SHOTS", &shots)
         .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        .await;
+    let printed = surety_tests::printed(output, "the browser script");
+    let seen: serde_json::Value = serde_json::from_str(&printed).unwrap();
     assert!(
         seen["user_refused"]
             .as_str()

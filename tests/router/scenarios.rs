@@ -7,7 +7,9 @@ use serde_json::json;
 use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
 use surety_tests::TestDb;
 
-use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect, language_script, manifest};
+use crate::harness::{
+    ACME, ACME_ADMIN, GLOBEX, Router, answering_after, detect, language_script, manifest,
+};
 
 const LANGUAGE: &str =
     "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n";
@@ -189,16 +191,7 @@ pub async fn timeout_is_unknown_and_retry_waits_for_an_out_of_band_cancel(db: &T
 }
 
 pub async fn reverse_order_the_hedge_wins_and_the_late_primary_is_discarded(db: &TestDb) {
-    let primary = FakeProvider::start(
-        Script::always(Behavior::Reply(json!({"language": "dutch"}).to_string()))
-            .rule_with_latency(
-                When::Always,
-                Behavior::Reply(json!({"language": "dutch"}).to_string()),
-                Latency::FixedMs(1500),
-            ),
-    )
-    .await
-    .unwrap();
+    let primary = answering_after("dutch", 1500).await;
     let fallback = FakeProvider::start(language_script()).await.unwrap();
     let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\nhedge_after_ms = 100\n";
     let pairs = [
@@ -827,16 +820,7 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
 /// One owner flooding is held to its limits (429 with Retry-After) while
 /// another owner's requests still succeed.
 pub async fn an_owner_flooding_is_held_to_its_limits(db: &TestDb) {
-    let fake = FakeProvider::start(
-        Script::always(Behavior::Reply(json!({"language": "english"}).to_string()))
-            .rule_with_latency(
-                When::Always,
-                Behavior::Reply(json!({"language": "english"}).to_string()),
-                Latency::FixedMs(400),
-            ),
-    )
-    .await
-    .unwrap();
+    let fake = answering_after("english", 400).await;
     let router = std::sync::Arc::new(
         Router::one_route(
             db,

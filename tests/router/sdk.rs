@@ -77,14 +77,8 @@ async fn run_client(python: &str, script: &str, env: &[(&str, &str)]) -> Value {
         .args(["-c", script])
         .envs(env.iter().copied())
         .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+        .await;
+    serde_json::from_str(&surety_tests::printed(output, "the client script")).unwrap()
 }
 
 pub async fn the_official_openai_sdk_gets_its_answer_once(db: &TestDb) {

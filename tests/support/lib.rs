@@ -36,6 +36,19 @@ pub fn metric_value(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// What `command` printed, once it exited successfully; a command that
+/// fails fails the test with what it wrote to stderr.
+pub fn printed(output: std::io::Result<std::process::Output>, what: &str) -> String {
+    let output = output.unwrap_or_else(|e| panic!("{what} does not run: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// What a test needs that `cargo xtask test` provides, named by the
 /// environment variable `var` (`what` says what it is): its value; or,
 /// when it is not set, a failed test under `CI`, and elsewhere `None` with

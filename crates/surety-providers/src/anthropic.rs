@@ -15,7 +15,7 @@ use crate::http::HttpClient;
 use crate::secret::Secret;
 use crate::wire::Wire;
 use crate::{
-    BoxFuture, CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
+    CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
     StructuredMode, Usage,
 };
 
@@ -37,10 +37,6 @@ impl AnthropicProvider {
     ) -> Result<AnthropicProvider, ConfigError> {
         let http = HttpClient::for_provider(&config, key)?;
         Ok(AnthropicProvider { config, http })
-    }
-
-    pub fn structured_mode(&self) -> StructuredMode {
-        self.config.structured_mode()
     }
 }
 
@@ -103,7 +99,7 @@ impl Wire for AnthropicProvider {
             body["system"] = json!(system.join("\n\n"));
         }
         if let OutputFormat::Json { schema, .. } = &request.output {
-            match self.structured_mode() {
+            match self.config.structured_mode() {
                 StructuredMode::Tool => {
                     body["tools"] = json!([{
                         "name": TOOL_NAME,
@@ -137,7 +133,7 @@ impl Wire for AnthropicProvider {
         wire: WireResponse,
         latency: Duration,
     ) -> Result<ChatResponse, ProviderError> {
-        let mode = self.structured_mode();
+        let mode = self.config.structured_mode();
         let mut text = String::new();
         let mut tool_input = None;
         for block in wire.content {
@@ -205,17 +201,7 @@ impl Wire for AnthropicProvider {
 }
 
 impl Provider for AnthropicProvider {
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
-
-    fn chat<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-        call: &'a CallContext,
-    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(crate::wire::chat(self, request, call))
-    }
+    crate::wire::provider_methods!();
 }
 
 #[derive(Deserialize)]

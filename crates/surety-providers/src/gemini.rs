@@ -21,8 +21,8 @@ use crate::http::HttpClient;
 use crate::secret::Secret;
 use crate::wire::Wire;
 use crate::{
-    BoxFuture, CallContext, ChatRequest, ChatResponse, FailureKind, OutputFormat, Provider,
-    ProviderError, Role, StructuredMode, Usage,
+    CallContext, ChatRequest, ChatResponse, FailureKind, OutputFormat, Provider, ProviderError,
+    Role, StructuredMode, Usage,
 };
 
 #[derive(Debug)]
@@ -61,10 +61,6 @@ impl GeminiProvider {
     pub fn new(config: ProviderConfig, key: Option<Secret>) -> Result<GeminiProvider, ConfigError> {
         let http = HttpClient::for_provider(&config, key)?;
         Ok(GeminiProvider { config, http })
-    }
-
-    pub fn structured_mode(&self) -> StructuredMode {
-        self.config.structured_mode()
     }
 }
 
@@ -117,7 +113,7 @@ impl Wire for GeminiProvider {
             generation["seed"] = json!(seed);
         }
         if let OutputFormat::Json { schema, .. } = &request.output {
-            match self.structured_mode() {
+            match self.config.structured_mode() {
                 StructuredMode::ResponseJsonSchema => {
                     generation["responseMimeType"] = json!("application/json");
                     let mut schema = schema.clone();
@@ -206,7 +202,7 @@ impl Wire for GeminiProvider {
         };
         let usage = wire.usage_metadata.unwrap_or_default();
         Ok(ChatResponse {
-            structured_mode: json.as_ref().map(|_| self.structured_mode()),
+            structured_mode: json.as_ref().map(|_| self.config.structured_mode()),
             text,
             json,
             // The served model, as Google names it with the answer.
@@ -222,17 +218,7 @@ impl Wire for GeminiProvider {
 }
 
 impl Provider for GeminiProvider {
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
-
-    fn chat<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-        call: &'a CallContext,
-    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(crate::wire::chat(self, request, call))
-    }
+    crate::wire::provider_methods!();
 }
 
 /// `schema` cut to Google's OpenAPI subset (what the lint says

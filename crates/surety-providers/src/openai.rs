@@ -37,9 +37,6 @@ impl OpenAiProvider {
     }
 
     /// The mode used for JSON: the first the provider declares.
-    pub fn structured_mode(&self) -> StructuredMode {
-        self.config.structured_mode()
-    }
 
     fn headers(&self, call: Option<&CallContext>) -> Result<HeaderMap, ProviderError> {
         let idempotency = call
@@ -90,7 +87,7 @@ impl Wire for OpenAiProvider {
             body["seed"] = json!(seed);
         }
         if let OutputFormat::Json { name, schema } = &request.output {
-            match self.structured_mode() {
+            match self.config.structured_mode() {
                 StructuredMode::JsonSchema => {
                     body["response_format"] = json!({
                         "type": "json_schema",
@@ -150,7 +147,7 @@ impl Wire for OpenAiProvider {
                     self.http
                         .json_answer(&text, finish, "max_tokens", request.max_tokens)?,
                 ),
-                Some(self.structured_mode()),
+                Some(self.config.structured_mode()),
             ),
         };
         // Nothing after this point may fail: the provider has done the work.
@@ -186,9 +183,15 @@ impl OpenAiProvider {
             .await
     }
 
-    /// `POST <root>/extras/<what>`: llama.cpp servers serve their tokenizer
-    /// beside `/v1`, not under it.
-    async fn extras(&self, what: &str, body: &Value) -> Result<Value, ProviderError> {
+    /// `POST <root>/extras/<what>`, its answer read as `T` (`answer` says
+    /// what it should be): llama.cpp servers serve their tokenizer beside
+    /// `/v1`, not under it.
+    async fn extras<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        body: &Value,
+        answer: &str,
+    ) -> Result<T, ProviderError> {
         if !self.config.capabilities.tokenize_endpoint {
             return Err(ProviderError::not_sent(
                 &self.config.id,
@@ -197,50 +200,30 @@ impl OpenAiProvider {
         }
         let root = self.config.base_url.trim_end_matches("/v1");
         let url = format!("{root}/extras/{what}");
-        Ok(self
+        let body = self
             .http
             .post_json(&url, self.headers(None)?, body)
             .await?
-            .body)
+            .body;
+        serde_json::from_value(body)
+            .map_err(|e| self.http.bad_response(format!("not {answer}: {e}")))
     }
 
     async fn server_tokenize(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
-        let body = self
-            .extras(
-                "tokenize",
-                &json!({ "input": text, "model": self.config.model }),
-            )
-            .await?;
-        let tokens: Tokens = serde_json::from_value(body)
-            .map_err(|e| self.http.bad_response(format!("not a token list: {e}")))?;
+        let body = json!({ "input": text, "model": self.config.model });
+        let tokens: Tokens = self.extras("tokenize", &body, "a token list").await?;
         Ok(tokens.tokens)
     }
 
     async fn server_detokenize(&self, tokens: &[u32]) -> Result<String, ProviderError> {
-        let body = self
-            .extras(
-                "detokenize",
-                &json!({ "tokens": tokens, "model": self.config.model }),
-            )
-            .await?;
-        let text: Detokenized = serde_json::from_value(body)
-            .map_err(|e| self.http.bad_response(format!("not a detokenization: {e}")))?;
+        let body = json!({ "tokens": tokens, "model": self.config.model });
+        let text: Detokenized = self.extras("detokenize", &body, "a detokenization").await?;
         Ok(text.text)
     }
 }
 
 impl Provider for OpenAiProvider {
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
-
-    fn chat<'a>(
-        &'a self,
-        request: &'a ChatRequest,
-        call: &'a CallContext,
-    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
-        Box::pin(crate::wire::chat(self, request, call))
-    }
+    crate::wire::provider_methods!();
 
     fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
         Box::pin(async move {

@@ -76,3 +76,22 @@ impl HttpClient {
             .map_err(|e| self.bad_response(format!("the answer is not JSON ({e}): {text}")))
     }
 }
+
+/// The [`Provider`](crate::Provider) methods of an adapter that speaks a
+/// [`Wire`] format: its configuration, and a chat call through [`chat`].
+macro_rules! provider_methods {
+    () => {
+        fn config(&self) -> &crate::config::ProviderConfig {
+            crate::wire::Wire::parts(self).0
+        }
+
+        fn chat<'a>(
+            &'a self,
+            request: &'a crate::ChatRequest,
+            call: &'a crate::CallContext,
+        ) -> crate::BoxFuture<'a, Result<crate::ChatResponse, crate::ProviderError>> {
+            Box::pin(crate::wire::chat(self, request, call))
+        }
+    };
+}
+pub(crate) use provider_methods;

@@ -38,27 +38,26 @@ impl Metrics {
             registry.register(Box::new(g.clone()))?;
             Ok(g)
         };
-        let attempts = IntCounterVec::new(
-            Opts::new("surety_attempts_total", "Attempts by provider and outcome"),
+        let counters = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, prometheus::Error>(c)
+        };
+        let attempts = counters(
+            "surety_attempts_total",
+            "Attempts by provider and outcome",
             &["provider", "outcome"],
         )?;
-        registry.register(Box::new(attempts.clone()))?;
-        let model_drift = IntCounterVec::new(
-            Opts::new(
-                "surety_model_drift_total",
-                "Answers from a model id the provider's certificate did not see, by provider and model",
-            ),
+        let model_drift = counters(
+            "surety_model_drift_total",
+            "Answers from a model id the provider's certificate did not see, by provider and model",
             &["provider", "model"],
         )?;
-        registry.register(Box::new(model_drift.clone()))?;
-        let tokens = IntCounterVec::new(
-            Opts::new(
-                "surety_tokens_total",
-                "Tokens of every answered provider call, as the provider counted them, by provider and kind (prompt, completion)",
-            ),
+        let tokens = counters(
+            "surety_tokens_total",
+            "Tokens of every answered provider call, as the provider counted them, by provider and kind (prompt, completion)",
             &["provider", "kind"],
         )?;
-        registry.register(Box::new(tokens.clone()))?;
         let provider_latency = HistogramVec::new(
             HistogramOpts::new("surety_provider_latency_seconds", "Provider call latency")
                 .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),

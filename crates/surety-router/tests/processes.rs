@@ -122,15 +122,27 @@ async fn kill_mid_attempt(engine: Engine) {
     assert_eq!(fake.calls(), 3, "no provider saw a second call");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_9_mid_attempt_sqlite() {
-    kill_mid_attempt(Engine::Sqlite).await;
+/// `mod $name { sqlite, postgres }`: `$scenario(engine)` once per engine,
+/// each on a multi-threaded runtime (the router under test is a process).
+macro_rules! on_both_engines {
+    ($name:ident => $scenario:ident) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                $scenario(Engine::Sqlite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn postgres() {
+                $scenario(Engine::Postgres).await;
+            }
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_9_mid_attempt_postgres() {
-    kill_mid_attempt(Engine::Postgres).await;
-}
+on_both_engines!(kill_9_mid_attempt => kill_mid_attempt);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_on_one_postgres_make_one_job_of_a_split_double_click() {
@@ -244,15 +256,7 @@ async fn shutdown_with_attempts_in_flight(engine: Engine) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_lets_attempts_finish_then_marks_the_rest_unknown_sqlite() {
-    shutdown_with_attempts_in_flight(Engine::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_lets_attempts_finish_then_marks_the_rest_unknown_postgres() {
-    shutdown_with_attempts_in_flight(Engine::Postgres).await;
-}
+on_both_engines!(sigterm_lets_attempts_finish_then_marks_the_rest_unknown => shutdown_with_attempts_in_flight);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_json_log_line_carries_the_request_id_the_response_returned() {
@@ -393,12 +397,4 @@ async fn crash_loop(engine: Engine) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_crash_loop_loses_nothing_and_calls_nobody_twice_sqlite() {
-    crash_loop(Engine::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_crash_loop_loses_nothing_and_calls_nobody_twice_postgres() {
-    crash_loop(Engine::Postgres).await;
-}
+on_both_engines!(a_crash_loop_loses_nothing_and_calls_nobody_twice => crash_loop);

@@ -26,11 +26,8 @@ use surety_providers::build_provider;
 use time::OffsetDateTime;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "surety-certify",
-    version,
-    about = "Certify LLM providers against surety's prompt contracts"
-)]
+/// Certify LLM providers against surety's prompt contracts.
+#[command(name = "surety-certify", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -12,11 +12,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use surety_router::{AppState, RouterConfig};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "surety",
-    version,
-    about = "One job per intent; failover only to certified providers"
-)]
+/// One job per intent; failover only to certified providers.
+#[command(name = "surety", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -107,16 +107,7 @@ pub(super) async fn create_job(
 }
 
 /// The owner's job; another owner's job is not found.
-#[utoipa::path(
-    get,
-    path = "/v1/jobs/{id}",
-    tag = "jobs",
-    params(("id" = String, Path, description = "The job's id")),
-    responses(
-        (status = 200, description = "The job", body = JobView),
-        Unauthorized, Limited, NoSuchJob, Unavailable
-    )
-)]
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "The job's id")), responses((status = 200, description = "The job", body = JobView), Unauthorized, Limited, NoSuchJob, Unavailable))]
 pub(super) async fn get_job(
     State(state): State<AppState>,
     Caller(key, _admitted): Caller,
@@ -128,16 +119,7 @@ pub(super) async fn get_job(
 }
 
 /// The owner's job's attempts, in order.
-#[utoipa::path(
-    get,
-    path = "/v1/jobs/{id}/attempts",
-    tag = "jobs",
-    params(("id" = String, Path, description = "The job's id")),
-    responses(
-        (status = 200, description = "The job's attempts", body = AttemptList),
-        Unauthorized, Limited, NoSuchJob, Unavailable
-    )
-)]
+#[utoipa::path(get, path = "/v1/jobs/{id}/attempts", tag = "jobs", params(("id" = String, Path, description = "The job's id")), responses((status = 200, description = "The job's attempts", body = AttemptList), Unauthorized, Limited, NoSuchJob, Unavailable))]
 pub(super) async fn get_attempts(
     State(state): State<AppState>,
     Caller(key, _admitted): Caller,

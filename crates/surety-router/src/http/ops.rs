@@ -18,16 +18,7 @@ use super::views::{
 use crate::state::AppState;
 
 /// Providers with their certification per contract, and the routes.
-#[utoipa::path(
-    get,
-    path = "/v1/providers",
-    tag = "providers",
-    responses(
-        (status = 200, description = "Providers and routes", body = ProviderList),
-        Unauthorized,
-        Limited,
-    )
-)]
+#[utoipa::path(get, path = "/v1/providers", tag = "providers", responses((status = 200, description = "Providers and routes", body = ProviderList), Unauthorized, Limited))]
 pub(super) async fn providers(
     State(state): State<AppState>,
     _caller: Caller,

@@ -50,16 +50,7 @@ pub const PROMPT_CERTIFIED: &str = "surety-prompt-certified";
 pub const DEDUPLICATION: &str = "surety-deduplication";
 
 /// The routes, as OpenAI lists models.
-#[utoipa::path(
-    get,
-    path = "/v1/models",
-    tag = "openai",
-    responses(
-        (status = 200, description = "The routes", body = ModelList),
-        OpenAiUnauthorized,
-        OpenAiLimited,
-    )
-)]
+#[utoipa::path(get, path = "/v1/models", tag = "openai", responses((status = 200, description = "The routes", body = ModelList), OpenAiUnauthorized, OpenAiLimited))]
 pub async fn models(State(state): State<AppState>, _caller: OpenAiCaller) -> Response {
     let data = state
         .inner
