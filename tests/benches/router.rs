@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use surety_fake_provider::{Behavior, FakeProvider, Script};
+use surety_fake_provider::FakeProvider;
 use surety_tests::serve::{self, KEY, RouterProcess};
 use surety_tests::{Engine, TestDb};
 
@@ -62,11 +62,9 @@ async fn run() {
         std::env::var("SURETY_BIN").expect("SURETY_BIN: run through `cargo xtask bench router`"),
     );
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(
-        json!({"language": "english"}).to_string(),
-    )))
-    .await
-    .unwrap();
+    let fake = FakeProvider::replying(json!({"language": "english"}).to_string())
+        .await
+        .unwrap();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()

@@ -57,9 +57,7 @@ fn text_request() -> ChatRequest {
 #[tokio::test]
 async fn every_request_the_openai_adapter_sends_conforms() {
     let reply = r#"{"category": "billing", "urgent": false}"#;
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(reply.into())))
-        .await
-        .unwrap();
+    let fake = FakeProvider::replying(reply).await.unwrap();
     for modes in [
         "json_schema",
         "json_object_schema",

@@ -73,11 +73,9 @@ async fn refused_before_sending_a_seed_the_provider_does_not_take() {
         ..json_request()
     };
     for kind in kinds() {
-        let fake = FakeProvider::start(Script::always(Behavior::Reply(
-            r#"{"category": "bug", "urgent": true}"#.into(),
-        )))
-        .await
-        .unwrap();
+        let fake = FakeProvider::replying(r#"{"category": "bug", "urgent": true}"#)
+            .await
+            .unwrap();
         let provider = provider_for(&fake, kind, "");
         match spec(kind).seed {
             // A provider that declares seeds gets it on the wire.
@@ -465,11 +463,9 @@ async fn gateway_errors_are_unknown() {
 #[tokio::test]
 async fn every_call_sends_the_attempts_idempotency_key() {
     for kind in kinds() {
-        let fake = FakeProvider::start(Script::always(Behavior::Reply(
-            r#"{"category": "billing", "urgent": false}"#.into(),
-        )))
-        .await
-        .unwrap();
+        let fake = FakeProvider::replying(r#"{"category": "billing", "urgent": false}"#)
+            .await
+            .unwrap();
         let provider = provider_for(&fake, kind, "");
         provider.chat(&json_request(), &call(1)).await.unwrap();
         provider.chat(&json_request(), &call(1)).await.unwrap();

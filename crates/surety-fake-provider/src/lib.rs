@@ -246,6 +246,11 @@ impl Drop for FakeProvider {
 
 impl FakeProvider {
     /// Starts a fake on 127.0.0.1 at a port the system picks.
+    /// A fake that answers every request with `answer`.
+    pub async fn replying(answer: impl Into<String>) -> std::io::Result<FakeProvider> {
+        FakeProvider::start(Script::always(Behavior::Reply(answer.into()))).await
+    }
+
     pub async fn start(script: Script) -> std::io::Result<FakeProvider> {
         FakeProvider::start_on(
             "127.0.0.1:0".parse().map_err(std::io::Error::other)?,

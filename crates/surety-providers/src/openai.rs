@@ -36,8 +36,6 @@ impl OpenAiProvider {
         })
     }
 
-    /// The mode used for JSON: the first the provider declares.
-
     fn headers(&self, call: Option<&CallContext>) -> Result<HeaderMap, ProviderError> {
         let idempotency = call
             .zip(self.config.capabilities.idempotency_header.as_deref())

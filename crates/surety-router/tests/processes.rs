@@ -261,11 +261,9 @@ on_both_engines!(sigterm_lets_attempts_finish_then_marks_the_rest_unknown => shu
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_json_log_line_carries_the_request_id_the_response_returned() {
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(
-        json!({"language": "english"}).to_string(),
-    )))
-    .await
-    .unwrap();
+    let fake = FakeProvider::replying(json!({"language": "english"}).to_string())
+        .await
+        .unwrap();
     let dir = workspace(&db, &fake);
     let mut serving = serve_with(dir.path(), &["--log-format", "json"]).await;
     let client = reqwest::Client::new();
@@ -307,11 +305,9 @@ async fn schemathesis_finds_nothing_in_the_openapi_document() {
         return;
     };
     let db = TestDb::new(Engine::Sqlite).await.unwrap();
-    let fake = FakeProvider::start(Script::always(Behavior::Reply(
-        json!({"language": "english"}).to_string(),
-    )))
-    .await
-    .unwrap();
+    let fake = FakeProvider::replying(json!({"language": "english"}).to_string())
+        .await
+        .unwrap();
     let dir = workspace(&db, &fake);
     let serving = serve(dir.path()).await;
     let output = tokio::process::Command::new(st)
