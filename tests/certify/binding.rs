@@ -10,6 +10,17 @@ use surety_harness::report;
 
 use crate::{certify_one, contract, failed_checks, reply, script_for};
 
+/// The Markdown report of one contract's run.
+fn report_of(result: &surety_harness::ContractResult) -> String {
+    report::markdown("fake", std::slice::from_ref(result))
+}
+
+/// `text` says `words`.
+#[track_caller]
+fn says(text: &str, words: &str) {
+    assert!(text.contains(words), "{words:?} is not in: {text}");
+}
+
 #[tokio::test]
 async fn a_provider_answering_with_another_model_fails_naming_both() {
     let golden = tempfile::tempdir().unwrap();
@@ -20,17 +31,12 @@ async fn a_provider_answering_with_another_model_fails_naming_both() {
     let result = certify_one(&fake, "", &contract, golden.path(), true).await;
     assert!(!result.certified);
     assert_eq!(failed_checks(&result), ["model"]);
-    let markdown = report::markdown("fake", std::slice::from_ref(&result));
-    assert!(
-        markdown.contains(
-            "answered by model `llama-3-8b-instruct`, but the provider is configured for `fake-model`"
-        ),
-        "{markdown}"
+    let markdown = report_of(&result);
+    says(
+        &markdown,
+        "answered by model `llama-3-8b-instruct`, but the provider is configured for `fake-model`",
     );
-    assert!(
-        markdown.contains("Answered by `llama-3-8b-instruct`"),
-        "the report names the model that answered: {markdown}"
-    );
+    says(&markdown, "Answered by `llama-3-8b-instruct`"); // the report names the model that answered
 
     // A dated snapshot of the configured model, or a declared id, is the same model.
     for (model, extra) in [
@@ -106,7 +112,7 @@ async fn a_transient_429_is_retried_and_a_lasting_one_fails_naming_it() {
         .map(|s| s.retries.len())
         .sum();
     assert_eq!(retried, 10, "one refusal per case, each waited out");
-    let markdown = report::markdown("fake", std::slice::from_ref(&result));
+    let markdown = report_of(&result);
     assert!(
         markdown.contains("10 transient refusals retried"),
         "{markdown}"
@@ -145,12 +151,10 @@ async fn a_refusal_and_an_error_in_a_200_are_reported_in_the_providers_words() {
     let fake = FakeProvider::start(script).await.unwrap();
     let result = certify_one(&fake, "", &contract, golden.path(), true).await;
     assert!(!result.certified);
-    let markdown = report::markdown("fake", std::slice::from_ref(&result));
-    assert!(
-        markdown.contains(
-            "`english`, sample 1, **call**: provider `fake`: refused by the model, definite failure: the model refused: I can't help with identifying that message."
-        ),
-        "{markdown}"
+    let markdown = report_of(&result);
+    says(
+        &markdown,
+        "`english`, sample 1, **call**: provider `fake`: refused by the model, definite failure: the model refused: I can't help with identifying that message.",
     );
     assert!(
         markdown.contains("`french`, sample 1, **call**")

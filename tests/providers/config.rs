@@ -55,54 +55,57 @@ fn check_error(toml: &str, expect: &str) {
 #[test]
 fn bad_files_get_errors_naming_the_toml_path() {
     let base = "[providers.p]\nkind = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncontext_window = 10\n";
-    check_error(
-        &format!("{base}colour = \"blue\"\n"),
-        "unknown field `colour`",
-    );
-    check_error(
-        &base.replace("http://x/v1", "ftp://x"),
-        "`providers.p.base_url`: must start with http",
-    );
-    check_error(
-        &base.replace("http://x/v1", "https://user:pw@x/v1"),
-        "`providers.p.base_url`: must not carry credentials",
-    );
-    check_error(
-        &base.replace("model = \"m\"", "model = \" \""),
-        "`providers.p.model`: must not be empty",
-    );
-    check_error(
-        &base.replace("context_window = 10", "context_window = 0"),
-        "`providers.p.context_window`",
-    );
-    check_error(
-        &format!("{base}structured_output = [\"tool\"]\n"),
-        "`providers.p.structured_output`: `tool` is not a mode",
-    );
-    check_error(
-        &format!("{base}structured_output = []\n"),
-        "`providers.p.structured_output`: must list at least one mode",
-    );
-    check_error(
-        &format!("{base}tokenizer = \"server\"\n"),
-        "`providers.p.tokenizer`: `server` needs",
-    );
-    check_error(
-        &format!("{base}tokenizer = \"sentencepiece\"\n"),
-        "`providers.p.tokenizer`",
-    );
-    check_error(
-        &format!("{base}api_key_env = \"sk-live-123\"\n"),
-        "`providers.p.api_key_env`",
-    );
-    check_error(
-        &format!("{base}[providers.p.timeouts]\nrequest_ms = 0\n"),
-        "`providers.p.timeouts.request_ms`",
-    );
-    check_error(
-        &base.replace("kind = \"openai\"", "kind = \"palm\""),
-        "unknown variant `palm`",
-    );
+    let added = |line: &str| format!("{base}{line}");
+    let replaced = |from: &str, to: &str| base.replace(from, to);
+    for (file, error) in [
+        (added("colour = \"blue\"\n"), "unknown field `colour`"),
+        (
+            replaced("http://x/v1", "ftp://x"),
+            "`providers.p.base_url`: must start with http",
+        ),
+        (
+            replaced("http://x/v1", "https://user:pw@x/v1"),
+            "`providers.p.base_url`: must not carry credentials",
+        ),
+        (
+            replaced("model = \"m\"", "model = \" \""),
+            "`providers.p.model`: must not be empty",
+        ),
+        (
+            replaced("context_window = 10", "context_window = 0"),
+            "`providers.p.context_window`",
+        ),
+        (
+            added("structured_output = [\"tool\"]\n"),
+            "`providers.p.structured_output`: `tool` is not a mode",
+        ),
+        (
+            added("structured_output = []\n"),
+            "`providers.p.structured_output`: must list at least one mode",
+        ),
+        (
+            added("tokenizer = \"server\"\n"),
+            "`providers.p.tokenizer`: `server` needs",
+        ),
+        (
+            added("tokenizer = \"sentencepiece\"\n"),
+            "`providers.p.tokenizer`",
+        ),
+        (
+            added("api_key_env = \"sk-live-123\"\n"),
+            "`providers.p.api_key_env`",
+        ),
+        (
+            added("[providers.p.timeouts]\nrequest_ms = 0\n"),
+            "`providers.p.timeouts.request_ms`",
+        ),
+        (
+            replaced("kind = \"openai\"", "kind = \"palm\""),
+            "unknown variant `palm`",
+        ),
+    ] {
+        check_error(&file, error);
+    }
 }
 
 /// A capability a kind lacks cannot be declared: the registry says which,

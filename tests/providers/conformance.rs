@@ -54,24 +54,27 @@ fn text_request() -> ChatRequest {
     }
 }
 
+/// A JSON request and a text request to `fake`, through a provider of
+/// `kind` declaring each of `modes` in turn.
+async fn ask_in_every_mode(fake: &FakeProvider, kind: &str, modes: &[&str]) {
+    for mode in modes {
+        let provider = provider_for(fake, kind, &format!("structured_output = [\"{mode}\"]"));
+        provider.chat(&json_request(), &call(1)).await.unwrap();
+        provider.chat(&text_request(), &call(2)).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn every_request_the_openai_adapter_sends_conforms() {
     let reply = r#"{"category": "billing", "urgent": false}"#;
     let fake = FakeProvider::replying(reply).await.unwrap();
-    for modes in [
+    let modes = [
         "json_schema",
         "json_object_schema",
         "json_object",
         "prompt_only",
-    ] {
-        let provider = provider_for(
-            &fake,
-            "openai",
-            &format!("structured_output = [\"{modes}\"]"),
-        );
-        provider.chat(&json_request(), &call(1)).await.unwrap();
-        provider.chat(&text_request(), &call(2)).await.unwrap();
-    }
+    ];
+    ask_in_every_mode(&fake, "openai", &modes).await;
     let sent = fake.requests();
     assert_eq!(sent.len(), 8);
     for request in &sent {
@@ -165,15 +168,8 @@ async fn gemini_requests_and_the_fakes_responses_fit_googles_types() {
     ))
     .await
     .unwrap();
-    for mode in ["response_json_schema", "response_schema", "prompt_only"] {
-        let provider = provider_for(
-            &fake,
-            "gemini",
-            &format!("structured_output = [\"{mode}\"]"),
-        );
-        provider.chat(&json_request(), &call(1)).await.unwrap();
-        provider.chat(&text_request(), &call(2)).await.unwrap();
-    }
+    let modes = ["response_json_schema", "response_schema", "prompt_only"];
+    ask_in_every_mode(&fake, "gemini", &modes).await;
     let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
     assert_eq!(requests.len(), 6);
     // The fake's answers: a reply, and a refusal.
