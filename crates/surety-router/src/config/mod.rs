@@ -170,6 +170,23 @@ fn timeouts_fit(text: &str, attempt_timeout: Duration) -> Result<(), ConfigError
     Ok(())
 }
 
+/// `value` as the file gives it (else `default`), if it is within
+/// `low..=high`; else an error naming `path`.
+fn within<T: PartialOrd + Copy + std::fmt::Display>(
+    path: &str,
+    value: Option<T>,
+    default: T,
+    (low, high): (T, T),
+) -> Result<T, ConfigError> {
+    match value.unwrap_or(default) {
+        n if n < low || n > high => Err(ConfigError::at(
+            path,
+            format!("must be between {low} and {high}"),
+        )),
+        n => Ok(n),
+    }
+}
+
 /// A route's hedge starts before its first attempt could time out: a
 /// hedge due after the attempt's timeout would never start.
 fn hedges_fit(
@@ -357,16 +374,12 @@ impl RouterConfig {
         )?;
         timeouts_fit(text, attempt_timeout)?;
         hedges_fit(&routes, attempt_timeout)?;
-        let max_connections = match raw.server.max_connections {
-            None => defaults::MAX_CONNECTIONS,
-            Some(n @ 1..=1_000_000) => n,
-            Some(_) => {
-                return Err(ConfigError::at(
-                    "server.max_connections",
-                    "must be between 1 and 1000000",
-                ));
-            }
-        };
+        let max_connections = within(
+            "server.max_connections",
+            raw.server.max_connections,
+            defaults::MAX_CONNECTIONS,
+            (1, 1_000_000),
+        )?;
         let settings = Settings {
             attempt_timeout,
             allow_keyless_chat: raw.server.allow_keyless_chat.unwrap_or(false),
@@ -408,16 +421,12 @@ impl RouterConfig {
         Ok(RouterConfig {
             listen,
             database,
-            database_connections: match raw.server.database_connections {
-                None => defaults::DATABASE_CONNECTIONS,
-                Some(n @ 1..=1000) => n,
-                Some(_) => {
-                    return Err(ConfigError::at(
-                        "server.database_connections",
-                        "must be between 1 and 1000",
-                    ));
-                }
-            },
+            database_connections: within(
+                "server.database_connections",
+                raw.server.database_connections,
+                defaults::DATABASE_CONNECTIONS,
+                (1, 1000),
+            )?,
             manifest: PathBuf::from(raw.server.manifest),
             contracts: PathBuf::from(
                 raw.server

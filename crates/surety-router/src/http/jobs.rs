@@ -75,17 +75,13 @@ pub(super) async fn create_job(
     })?;
     let owner = OwnerId(key.owner.clone());
     let wait = prefer_wait(&headers);
-    let intake = Intake {
-        owner: owner.clone(),
-        key: idempotency,
-        route,
-        served: served.clone(),
-        input: request.input,
-        fingerprint: None,
-        kind: JobKind::Native,
-        keep_messages: false,
-        messages: surety_exchange::messages(&rendered),
-    };
+    let intake = Intake::new(
+        (owner.clone(), idempotency),
+        (route, served.clone()),
+        request.input,
+        JobKind::Native,
+        surety_exchange::messages(&rendered),
+    );
     let created = create_or_replay(&state, intake, wait.is_some()).await?;
     let replayed = created.replayed;
     let limit = wait.unwrap_or_default();

@@ -64,23 +64,61 @@ pub struct CreatedJob {
     pub waiter: Option<Waiter>,
 }
 
-/// What a create request asks for, checked.
+/// What a create request asks for, checked: the job to record, the route
+/// and its contract as served, and what the job's attempts send.
 pub struct Intake {
-    pub owner: OwnerId,
-    pub key: IdempotencyKey,
+    pub job: NewJob,
     pub route: Route,
     pub served: Arc<ServedContract>,
-    pub input: Value,
-    /// Over the whole request (chat completions); by default over the
-    /// route and the input.
-    pub fingerprint: Option<Fingerprint>,
-    /// How the job is asked for, recorded with it.
-    pub kind: JobKind,
-    /// The messages are not the contract's rendering of the input (an
-    /// output-only chat route): they are kept with the job, for its retries.
-    pub keep_messages: bool,
     /// What the job's attempts send (see [`Drive::messages`]).
     pub messages: Vec<Message>,
+}
+
+impl Intake {
+    /// A job of `route` for `owner` under `key`, of `input` asked for as
+    /// `kind`, whose attempts send `messages`; its fingerprint is over the
+    /// route and the input.
+    pub fn new(
+        (owner, key): (OwnerId, IdempotencyKey),
+        (route, served): (Route, Arc<ServedContract>),
+        input: Value,
+        kind: JobKind,
+        messages: Vec<Message>,
+    ) -> Intake {
+        let contract = &served.contract;
+        let job = NewJob {
+            owner,
+            key,
+            route: route.id.clone(),
+            contract: contract.id.clone(),
+            contract_digest: contract.digest.clone(),
+            input,
+            kind,
+            messages: None,
+            hedgeable: contract.hedgeable(),
+            fingerprint: None,
+        };
+        Intake {
+            job,
+            route,
+            served,
+            messages,
+        }
+    }
+
+    /// The fingerprint is `fingerprint` (over a whole chat request).
+    pub fn fingerprinted(mut self, fingerprint: Fingerprint) -> Intake {
+        self.job.fingerprint = Some(fingerprint);
+        self
+    }
+
+    /// The messages are the client's, not the contract's rendering of the
+    /// input (an output-only chat route): they are kept with the job, for
+    /// its retries.
+    pub fn keeping_messages(mut self) -> Result<Intake, JobError> {
+        self.job.messages = Some(serde_json::to_value(&self.messages).map_err(JobError::internal)?);
+        Ok(self)
+    }
 }
 
 /// Finds the job this owner's key already names (a replay, or a conflict),
@@ -109,22 +147,7 @@ pub async fn create_and_dispatch(
     intake: Intake,
     watch: bool,
 ) -> Result<CreatedJob, JobError> {
-    let contract = &intake.served.contract;
-    let new = NewJob {
-        owner: intake.owner.clone(),
-        key: intake.key,
-        route: intake.route.id.clone(),
-        contract: contract.id.clone(),
-        contract_digest: contract.digest.clone(),
-        input: intake.input,
-        kind: intake.kind,
-        messages: match intake.keep_messages {
-            true => Some(serde_json::to_value(&intake.messages).map_err(JobError::internal)?),
-            false => None,
-        },
-        hedgeable: contract.hedgeable(),
-        fingerprint: intake.fingerprint,
-    };
+    let new = &intake.job;
     let conflict = |state: &AppState| {
         state.inner.metrics.conflicts.inc();
         JobError::Conflict
@@ -132,7 +155,7 @@ pub async fn create_and_dispatch(
     // A replay is answered from the store alone: only a new job needs a
     // certified provider. (The insert below still decides between two
     // requests racing for the same key.)
-    let found = match state.inner.store.find(&new).await? {
+    let found = match state.inner.store.find(new).await? {
         Some(Created::Replayed(job)) => Some(job),
         Some(Created::Conflict) => return Err(conflict(state)),
         Some(Created::New(_)) | None => None,
@@ -149,7 +172,7 @@ pub async fn create_and_dispatch(
                 slot: Slot::Primary,
                 lease: state.inner.settings.lease,
             };
-            match state.inner.store.create_and_start(&new, &first).await? {
+            match state.inner.store.create_and_start(new, &first).await? {
                 (Created::New(job), first) => (job, first, false, providers),
                 (Created::Replayed(job), _) => (job, None, true, providers),
                 (Created::Conflict, _) => return Err(conflict(state)),
@@ -163,7 +186,7 @@ pub async fn create_and_dispatch(
         state.inner.metrics.jobs_created.inc();
         tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
         let drive = Drive {
-            owner: intake.owner,
+            owner: intake.job.owner.clone(),
             job_id: job.id.clone(),
             route: intake.route,
             served: intake.served.clone(),

@@ -197,18 +197,19 @@ async fn chat(
     let owner = OwnerId(key.owner);
     let fingerprint = Fingerprint::of(&body)
         .map_err(|e| OpenAiError::bad_request("invalid_request", None, e.to_string()))?;
-    let intake = Intake {
-        owner: owner.clone(),
-        key: idempotency,
-        route: route.clone(),
-        served: served.clone(),
+    let intake = Intake::new(
+        (owner.clone(), idempotency),
+        (route.clone(), served.clone()),
         input,
-        fingerprint: Some(fingerprint),
-        kind: JobKind::Chat,
-        // A pinned job's messages are its contract's rendering of its
-        // input; an output-only job's are the client's, kept with it.
-        keep_messages: route.facade == Facade::OutputOnly,
+        JobKind::Chat,
         messages,
+    )
+    .fingerprinted(fingerprint);
+    // A pinned job's messages are its contract's rendering of its input;
+    // an output-only job's are the client's, kept with it.
+    let intake = match route.facade {
+        Facade::OutputOnly => intake.keeping_messages()?,
+        Facade::Pinned => intake,
     };
     let created = create_or_replay(state, intake, true).await?;
     let replayed = created.replayed;
