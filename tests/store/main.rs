@@ -11,6 +11,7 @@
 
 mod model;
 mod scenarios;
+mod trust;
 
 surety_tests::both_engines!(scenarios:
     double_click_makes_one_job_and_one_attempt,
@@ -32,6 +33,14 @@ surety_tests::both_engines!(scenarios:
     retention_prunes_settled_jobs_in_batches_and_never_an_open_one,
     the_attention_queue_lists_unknown_oldest_first_and_failed_newest_first,
 );
+
+/// The router's own checks and the trust they take away, per engine.
+mod trust_per_engine {
+    surety_tests::both_engines!(trust:
+        live_results_read_back_newest_first_per_provider,
+        a_demotion_is_opened_once_and_lifted_only_as_its_lift_allows,
+    );
+}
 
 /// SQLite at the size the operator allows: new jobs are refused as `Full`
 /// and change nothing, every acknowledged job reads back intact, and room

@@ -19,11 +19,12 @@ mod ops;
 mod sql;
 mod sqlite;
 mod store;
+mod trust;
 
 pub use error::{Outage, StoreError};
 pub use model::{
-    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, JobKind, NewJob,
-    Outcome, OwnerId, Race, Slot, StartAttempt,
+    Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, JobKind,
+    Lift, LiveOutcome, LiveResult, LiveSource, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt,
 };
 pub use store::{Backend, SqliteSync, Store, StoreOptions};
 

@@ -234,3 +234,86 @@ pub struct Race {
     pub reason: String,
     pub at_ms: i64,
 }
+
+/// Where a live result came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveSource {
+    /// A succeeded job's certified request, sent to another provider.
+    Shadow,
+    /// A certification case, on the route's schedule.
+    Recheck,
+}
+
+/// What a live check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveOutcome {
+    /// The answer keeps the contract (and, for a shadow call, agrees).
+    Kept,
+    /// The answer breaks the contract (parse, schema, rules, or a case's facts).
+    Broke,
+    /// The answer keeps the contract but differs from the job's on an
+    /// agreement pointer.
+    Disagreed,
+    /// The provider did not answer (an error or a timeout).
+    Failed,
+}
+
+/// One live check of a provider on a contract, as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveResult {
+    pub provider: String,
+    pub contract: String,
+    pub route: String,
+    pub source: LiveSource,
+    pub outcome: LiveOutcome,
+    /// What was found, in words.
+    pub detail: String,
+    /// The shadowed job (a shadow call).
+    pub job_id: Option<JobId>,
+    /// The certification case (a re-check).
+    pub case_name: Option<String>,
+    pub input: Value,
+    /// What the answer should have said on the agreement pointers: the
+    /// job's answer there (a shadow call), or the case's facts (a re-check).
+    pub expected: Option<Value>,
+    pub answer: Option<Value>,
+    /// When it was recorded (the database's clock); ignored when recording.
+    pub at_ms: i64,
+}
+
+/// A provider × contract the router no longer trusts, until lifted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Demotion {
+    pub provider: String,
+    pub contract: String,
+    /// Why, in words.
+    pub reason: String,
+    pub demoted_at_ms: i64,
+}
+
+/// Who lifts a demotion, and on what grounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lift {
+    /// A certification generated at `certified_at_ms`: it lifts only a
+    /// demotion older than itself.
+    Certification { certified_at_ms: i64 },
+    /// An admin's explicit reinstate: `by` names them.
+    Admin { by: String, why: String },
+}
+
+macro_rules! words {
+    ($name:ident { $($variant:ident => $word:literal),* $(,)? }) => {
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $word),* }
+            }
+
+            pub fn parse(word: &str) -> Option<$name> {
+                match word { $($word => Some($name::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+words!(LiveSource { Shadow => "shadow", Recheck => "recheck" });
+words!(LiveOutcome { Kept => "kept", Broke => "broke", Disagreed => "disagreed", Failed => "failed" });

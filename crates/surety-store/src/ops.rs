@@ -734,7 +734,7 @@ fn refusal(state: AttemptState, event: AttemptEvent) -> StoreError {
     }
 }
 
-fn col<'r>(row: &'r [Val], i: usize, name: &str) -> Result<&'r Val, StoreError> {
+pub(crate) fn col<'r>(row: &'r [Val], i: usize, name: &str) -> Result<&'r Val, StoreError> {
     row.get(i)
         .ok_or_else(|| StoreError::Corrupt(format!("no column {i} ({name})")))
 }

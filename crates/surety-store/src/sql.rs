@@ -58,6 +58,19 @@ pub struct Sql {
     /// Jobs per state, of owner `$1` (every owner when empty).
     pub count_jobs_by_state: String,
     pub jobs_in_state_newest: String,
+    /// A live result (`$1` its id, then its columns in order).
+    pub insert_live_result: String,
+    /// The newest `$3` live results of provider `$1` on contract `$2`.
+    pub select_live_window: String,
+    /// Route `$1`'s live results since `$2` ms with outcome `$3` (any
+    /// other than `kept` and `failed` when empty), oldest first.
+    pub select_live_results: String,
+    /// Opens a demotion unless one is open (`demotions_one_open`).
+    pub insert_demotion: String,
+    pub select_demotions: String,
+    /// Closes the open demotion of `$1` × `$2` by `$3` for `$4`, if it
+    /// began before `$5` ms.
+    pub lift_demotion: String,
     /// The pages the database file holds in use (SQLite).
     pub pages_in_use: Option<String>,
 }
@@ -76,6 +89,10 @@ const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contr
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
      lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
 
+/// A live result's columns, in the order `trust::live_from` reads them.
+const LIVE_COLUMNS: &str = "provider, contract, route, source, outcome, detail, job_id, case_name, \
+     input, expected, answer, at_ms";
+
 /// The states in which an attempt may still produce a result.
 const OPEN: &str = "('started', 'unknown')";
 
@@ -90,6 +107,7 @@ impl Sql {
                 .replace("{now}", now)
                 .replace("{job_columns}", JOB_COLUMNS)
                 .replace("{attempt_columns}", ATTEMPT_COLUMNS)
+                .replace("{live_columns}", LIVE_COLUMNS)
                 .replace("{j.job_columns}", &qualified("j", JOB_COLUMNS))
                 .replace("{a.attempt_columns}", &qualified("a", ATTEMPT_COLUMNS))
                 .replace("{open}", OPEN);
@@ -276,6 +294,31 @@ impl Sql {
             jobs_in_state_newest: fill(
                 "SELECT {job_columns} FROM jobs WHERE state = $1 AND ($2 = '' OR owner_id = $2) \
                  ORDER BY updated_at_ms DESC, id LIMIT $3",
+            ),
+            insert_live_result: fill(
+                "INSERT INTO live_results (id, provider, contract, route, source, outcome, detail, \
+                     job_id, case_name, input, expected, answer, at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, {now})",
+            ),
+            select_live_window: fill(
+                "SELECT {live_columns} FROM live_results WHERE provider = $1 AND contract = $2 \
+                 ORDER BY id DESC LIMIT $3",
+            ),
+            select_live_results: fill(
+                "SELECT {live_columns} FROM live_results WHERE route = $1 AND at_ms >= $2 \
+                 AND (outcome = $3 OR ($3 = '' AND outcome IN ('broke', 'disagreed'))) ORDER BY id",
+            ),
+            insert_demotion: fill(
+                "INSERT INTO demotions (id, provider, contract, reason, demoted_at_ms) \
+                 VALUES ($1, $2, $3, $4, {now}) ON CONFLICT DO NOTHING",
+            ),
+            select_demotions: fill(
+                "SELECT provider, contract, reason, demoted_at_ms FROM demotions \
+                 WHERE lifted_at_ms IS NULL ORDER BY provider, contract",
+            ),
+            lift_demotion: fill(
+                "UPDATE demotions SET lifted_at_ms = {now}, lifted_by = $3, lift_reason = $4 \
+                 WHERE provider = $1 AND contract = $2 AND lifted_at_ms IS NULL AND demoted_at_ms < $5",
             ),
             pages_in_use: (backend == Backend::Sqlite).then(|| {
                 "SELECT (SELECT page_count FROM pragma_page_count()) \

@@ -51,12 +51,13 @@ pub const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 /// still write (results, attempts, races): new jobs stop short of it.
 const RESERVED_FRACTION: i64 = 8;
 
-const MIGRATIONS: [&str; 5] = [
+const MIGRATIONS: [&str; 6] = [
     include_str!("../migrations/0001_jobs_and_attempts.sql"),
     include_str!("../migrations/0002_job_completion.sql"),
     include_str!("../migrations/0003_settled_jobs_index.sql"),
     include_str!("../migrations/0004_attention_index.sql"),
     include_str!("../migrations/0005_job_kind.sql"),
+    include_str!("../migrations/0006_trust.sql"),
 ];
 
 /// An operation queued for the writer.

@@ -14,9 +14,10 @@ use crate::conn::ready;
 use crate::ops::{self, Insert};
 use crate::sql::Sql;
 use crate::sqlite::{Checkpoints, Sqlite};
+use crate::trust;
 use crate::{
-    Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId,
-    Race, Slot, StartAttempt, StoreError,
+    Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, Lift, LiveOutcome,
+    LiveResult, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt, StoreError,
 };
 
 /// The database engine behind a store.
@@ -540,6 +541,81 @@ impl Store {
         on_engine!(self, read, |c, sql| ops::job_and_attempts(
             c, sql, owner, job_id
         ))
+    }
+
+    /// Records a live check's result (shadow call or re-check).
+    pub async fn record_live(&self, result: &LiveResult) -> Result<(), StoreError> {
+        let result = result.clone();
+        on_engine!(self, write, |c, sql| trust::record_live(c, sql, &result))
+    }
+
+    /// The newest `n` live results of `provider` on `contract`, newest first.
+    pub async fn live_window(
+        &self,
+        provider: &str,
+        contract: &str,
+        n: u32,
+    ) -> Result<Vec<LiveResult>, StoreError> {
+        on_engine!(self, read, |c, sql| trust::live_window(
+            c,
+            sql,
+            provider,
+            contract,
+            i64::from(n)
+        ))
+    }
+
+    /// Route `route`'s live results since `since_ms` (on the database's
+    /// clock) with `outcome`, or with `None` those that broke the contract
+    /// or disagreed; oldest first.
+    pub async fn live_results(
+        &self,
+        route: &str,
+        since_ms: i64,
+        outcome: Option<LiveOutcome>,
+    ) -> Result<Vec<LiveResult>, StoreError> {
+        on_engine!(self, read, |c, sql| trust::live_results(
+            c, sql, route, since_ms, outcome
+        ))
+    }
+
+    /// Demotes `provider` for `contract` for `reason`, unless it is demoted
+    /// already (the database decides, across replicas): true when this
+    /// call demoted it.
+    pub async fn demote(
+        &self,
+        provider: &str,
+        contract: &str,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let (p, k, r) = (provider.to_owned(), contract.to_owned(), reason.to_owned());
+        let demoted = on_engine!(self, write, |c, sql| trust::demote(c, sql, &p, &k, &r))?;
+        if demoted {
+            tracing::warn!(provider, contract, reason, "demoted");
+        }
+        Ok(demoted)
+    }
+
+    /// Every open demotion, by provider and contract.
+    pub async fn demotions(&self) -> Result<Vec<Demotion>, StoreError> {
+        on_engine!(self, read, |c, sql| trust::demotions(c, sql))
+    }
+
+    /// Lifts the open demotion of `provider` for `contract` as `lift`
+    /// allows (a certification only lifts a demotion older than itself):
+    /// true when one was open and is lifted now.
+    pub async fn lift(
+        &self,
+        provider: &str,
+        contract: &str,
+        lift: &Lift,
+    ) -> Result<bool, StoreError> {
+        let (p, k, l) = (provider.to_owned(), contract.to_owned(), lift.clone());
+        let lifted = on_engine!(self, write, |c, sql| trust::lift(c, sql, &p, &k, &l))?;
+        if lifted {
+            tracing::info!(provider, contract, lift = ?lift, "demotion lifted");
+        }
+        Ok(lifted)
     }
 
     /// The races the owner's job has seen, oldest first.
