@@ -17,6 +17,7 @@
 //! no network IO and knows no provider.
 
 mod facts;
+mod live;
 mod rules;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use facts::Expectation;
+pub use live::{Judged, Live, Seen};
 pub use rules::{Condition, Rule};
 
 /// What a contract's calls do outside the answer.
@@ -121,6 +123,8 @@ struct RawContract {
     rules: Vec<Rule>,
     #[serde(default)]
     golden: RawGolden,
+    #[serde(default)]
+    live: Live,
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,6 +172,8 @@ pub struct Contract {
     pub cases: Vec<Case>,
     /// JSON pointers blanked in golden snapshots (volatile fields).
     pub golden_redact: Vec<String>,
+    /// What the router's own checks compare, and when they demote.
+    pub live: Live,
     /// `sha256:<hex>` over the contract's files.
     pub digest: String,
 }
@@ -244,6 +250,7 @@ impl Contract {
             rule.validate()
                 .map_err(|m| invalid(&manifest, format!("`rules[{i}]` ({}): {m}", rule.name())))?;
         }
+        raw.live.validate().map_err(|m| invalid(&manifest, m))?;
         let cases_path = dir.join("cases.toml");
         let cases: RawCases = toml::from_str(&read(&cases_path)?)
             .map_err(|e| invalid(&cases_path, e.to_string().trim_end().to_owned()))?;
@@ -276,6 +283,7 @@ impl Contract {
             rules: raw.rules,
             cases: cases.case,
             golden_redact: raw.golden.redact,
+            live: raw.live,
             digest: digest_dir(dir)?,
             dir: dir.to_path_buf(),
         };
