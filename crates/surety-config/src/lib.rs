@@ -62,7 +62,50 @@ pub struct RawRoute {
     pub hedge_after_ms: Option<u64>,
     /// How `/v1/chat/completions` serves the route (default `pinned`).
     pub facade: Option<Facade>,
+    /// Shadow checks of the route's other providers on its succeeded jobs.
+    pub shadow: Option<RawShadow>,
+    /// How often the contract's certification cases are run through each
+    /// eligible provider (within the shadow budget).
+    pub recheck_every_ms: Option<u64>,
 }
+
+/// `[routes.<id>.shadow]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawShadow {
+    /// The share of succeeded jobs sampled, from 0 to 1.
+    pub sampling: f64,
+    /// Shadow and re-check calls per hour, at most.
+    pub hourly_budget: u32,
+    /// Shadow and re-check calls in flight, at most.
+    pub max_concurrent: Option<u32>,
+    /// How long one such call may take.
+    pub timeout_ms: Option<u64>,
+}
+
+/// The router's own checks on a route: how many succeeded jobs are
+/// shadowed, within what budget, and how often the certification cases
+/// are re-checked. They can only take trust away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shadow {
+    /// Sampled jobs per million.
+    pub per_million: u32,
+    pub hourly_budget: u32,
+    pub max_concurrent: u32,
+    pub timeout: Duration,
+}
+
+impl Shadow {
+    /// Whether a job whose uniform draw in `0..1_000_000` is `draw` is sampled.
+    pub fn samples(&self, draw: u32) -> bool {
+        draw < self.per_million
+    }
+}
+
+/// Calls in flight at once for a route's live checks, by default.
+pub const DEFAULT_SHADOW_CONCURRENCY: u32 = 2;
+/// How long a live check's call may take, by default.
+pub const DEFAULT_SHADOW_TIMEOUT_MS: u64 = 30_000;
 
 /// How the OpenAI-compatible facade treats a client's messages on a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -95,6 +138,33 @@ pub struct Route {
     /// When a hedging attempt may start (for contracts without side effects).
     pub hedge_after: Option<Duration>,
     pub facade: Facade,
+    pub shadow: Option<Shadow>,
+    pub recheck_every: Option<Duration>,
+}
+
+/// Validates `[routes.<id>.shadow]` (at `path`).
+fn shadow(path: &str, raw: RawShadow) -> Result<Shadow, ConfigError> {
+    if !(0.0..=1.0).contains(&raw.sampling) {
+        return Err(ConfigError::at(
+            format!("{path}.sampling"),
+            "is a share of succeeded jobs, from 0 to 1",
+        ));
+    }
+    let positive = |field: &str, n: u64| match n {
+        0 => Err(ConfigError::at(format!("{path}.{field}"), "must be at least 1")),
+        n => Ok(n),
+    };
+    positive("hourly_budget", u64::from(raw.hourly_budget))?;
+    let max_concurrent = raw.max_concurrent.unwrap_or(DEFAULT_SHADOW_CONCURRENCY);
+    positive("max_concurrent", u64::from(max_concurrent))?;
+    let timeout_ms = positive("timeout_ms", raw.timeout_ms.unwrap_or(DEFAULT_SHADOW_TIMEOUT_MS))?;
+    Ok(Shadow {
+        // Exact for the shares people write (0.05 is 50,000 per million).
+        per_million: (raw.sampling * 1_000_000.0).round() as u32,
+        hourly_budget: raw.hourly_budget,
+        max_concurrent,
+        timeout: Duration::from_millis(timeout_ms),
+    })
 }
 
 /// Validates every `[routes.<id>]` against the configured providers.
@@ -127,6 +197,28 @@ fn validate_routes(
             }
             ms => ms.map(Duration::from_millis),
         };
+        let shadow = route
+            .shadow
+            .map(|raw| shadow(&format!("routes.{id}.shadow"), raw))
+            .transpose()?;
+        let recheck_every = match (route.recheck_every_ms, &shadow) {
+            (None, _) => None,
+            (Some(0), _) => {
+                return Err(ConfigError::at(
+                    format!("routes.{id}.recheck_every_ms"),
+                    "must be at least 1 ms",
+                ));
+            }
+            (Some(_), None) => {
+                return Err(ConfigError::at(
+                    format!("routes.{id}.recheck_every_ms"),
+                    format!(
+                        "re-checks are paid from the route's budget: add `[routes.{id}.shadow]` with its `hourly_budget` (`sampling = 0` re-checks without shadowing)"
+                    ),
+                ));
+            }
+            (Some(ms), Some(_)) => Some(Duration::from_millis(ms)),
+        };
         routes.insert(
             id.clone(),
             Route {
@@ -135,6 +227,8 @@ fn validate_routes(
                 providers: route.providers,
                 hedge_after,
                 facade: route.facade.unwrap_or_default(),
+                shadow,
+                recheck_every,
             },
         );
     }
