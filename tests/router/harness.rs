@@ -30,9 +30,15 @@ pub fn contract(id: &str) -> Contract {
 
 /// A fake that answers every language-detect case right.
 pub fn language_script() -> Script {
+    language_script_else(Behavior::Reply(json!({"language": "english"}).to_string()))
+}
+
+/// A fake that answers every language-detect case right, and anything
+/// else as `otherwise` does.
+pub fn language_script_else(otherwise: Behavior) -> Script {
     let answers: Value = serde_json::from_str(include_str!("../data/fake-answers.json")).unwrap();
     let contract = contract("language-detect");
-    let mut script = Script::always(Behavior::Reply(json!({"language": "english"}).to_string()));
+    let mut script = Script::always(otherwise);
     for case in &contract.cases {
         let text = case.input["text"].as_str().unwrap().to_owned();
         script = script.rule(

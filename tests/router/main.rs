@@ -8,6 +8,7 @@ mod docs;
 mod edge;
 mod faults;
 mod harness;
+mod live;
 mod operator;
 mod scenarios;
 mod sdk;
@@ -62,5 +63,13 @@ mod openai_sdk {
     surety_tests::both_engines!(sdk:
         the_official_openai_sdk_gets_its_answer_once,
         the_sdks_idempotency_hook_makes_its_own_retries_one_job,
+    );
+}
+
+/// The router's own checks, per engine.
+mod live_per_engine {
+    surety_tests::both_engines!(live:
+        a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_not_failed_over_to,
+        a_demotion_decided_while_a_job_runs_stops_its_failover,
     );
 }

@@ -151,13 +151,19 @@ fn shadow(path: &str, raw: RawShadow) -> Result<Shadow, ConfigError> {
         ));
     }
     let positive = |field: &str, n: u64| match n {
-        0 => Err(ConfigError::at(format!("{path}.{field}"), "must be at least 1")),
+        0 => Err(ConfigError::at(
+            format!("{path}.{field}"),
+            "must be at least 1",
+        )),
         n => Ok(n),
     };
     positive("hourly_budget", u64::from(raw.hourly_budget))?;
     let max_concurrent = raw.max_concurrent.unwrap_or(DEFAULT_SHADOW_CONCURRENCY);
     positive("max_concurrent", u64::from(max_concurrent))?;
-    let timeout_ms = positive("timeout_ms", raw.timeout_ms.unwrap_or(DEFAULT_SHADOW_TIMEOUT_MS))?;
+    let timeout_ms = positive(
+        "timeout_ms",
+        raw.timeout_ms.unwrap_or(DEFAULT_SHADOW_TIMEOUT_MS),
+    )?;
     Ok(Shadow {
         // Exact for the shares people write (0.05 is 50,000 per million).
         per_million: (raw.sampling * 1_000_000.0).round() as u32,

@@ -1,6 +1,8 @@
-//! The whole router: the API and the operator's pages behind the edge,
-//! and `serve`, which runs it on a listener until shutdown and then winds
-//! down the work in flight.
+//! The whole router: the API and the operator's pages behind the edge;
+//! `serve`, which runs it on a listener until shutdown and then winds down
+//! the work in flight; and the background work of a running router
+//! (manifest reloads, lifting demotions a newer certification lifts, the
+//! reaper, pruning).
 
 use std::time::Duration;
 
@@ -55,4 +57,84 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_millis(500), closed).await;
     tracing::info!("shut down");
     Ok(())
+}
+
+/// Settled jobs deleted per write when pruning past retention: a write of
+/// a few ms, so the writes queued behind it barely wait.
+const PRUNE_BATCH: u32 = 64;
+/// Pruning runs every this many background ticks (of 500 ms): every 2 s,
+/// so each pass is short.
+const PRUNE_EVERY_TICKS: u64 = 4;
+
+impl AppState {
+    /// The background work of a running router: reload the manifest when it
+    /// changes, reap the leases of routers that died, and prune settled
+    /// jobs past retention.
+    pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
+        let state = self.clone();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "not a job's work: its handle is the caller's, who stops it at shutdown"
+        )]
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut n: u64 = 0;
+            loop {
+                tick.tick().await;
+                state.inner.manifest.reload_if_changed();
+                n += 1;
+                if n.is_multiple_of(4) {
+                    // A certification newer than a demotion lifts it: recorded here.
+                    crate::live::lift_certified(&state).await;
+                    match state.inner.store.reap_expired().await {
+                        Ok(reaped) if !reaped.is_empty() => {
+                            tracing::warn!(count = reaped.len(), "reaped expired leases")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e, "reaper failed"),
+                    }
+                }
+                if n.is_multiple_of(PRUNE_EVERY_TICKS) {
+                    state.prune().await;
+                }
+            }
+        })
+    }
+
+    /// Deletes the settled jobs past retention, a small batch per write so
+    /// the writers' queue never waits long behind it; returns how many went.
+    pub async fn prune(&self) -> u64 {
+        let mut pruned = 0;
+        loop {
+            match self
+                .inner
+                .store
+                .prune_settled(self.inner.settings.retention, PRUNE_BATCH)
+                .await
+            {
+                Ok(n) => {
+                    pruned += n;
+                    self.inner.metrics.pruned_jobs.inc_by(n);
+                    if n < u64::from(PRUNE_BATCH) {
+                        break;
+                    }
+                    // Between batches, the jobs being made go first.
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning settled jobs failed; the next pass tries again");
+                    break;
+                }
+            }
+        }
+        if pruned > 0 {
+            tracing::info!(
+                jobs = pruned,
+                retention_s = self.inner.settings.retention.as_secs(),
+                "pruned settled jobs past retention"
+            );
+        }
+        pruned
+    }
 }

@@ -15,8 +15,10 @@ use std::path::{Path, PathBuf};
 ///   the notices of a job settling;
 /// - 1: certification: what may be served, from the manifest and the
 ///   configuration as they are now;
-/// - 2: the shared state; 3: driving a job's attempts; 4: jobs (intake,
-///   wait, retry, cancel), with their own errors;
+/// - 2: the shared state; 3: the router's own checks (shadow calls,
+///   re-checks, demotions; their budgets sit at 0, for the state to hold);
+///   4: driving a job's attempts; 5: jobs (intake, wait, retry, cancel),
+///   with their own errors;
 /// - 5–11: HTTP: views; problem details and the shared response sets of
 ///   the document; the accept loop, the edge's limits and the OpenAPI
 ///   document's edits; the extractors; the API's handlers and the facade;
@@ -24,34 +26,36 @@ use std::path::{Path, PathBuf};
 /// - 12–15: the operator's pages: their typed contexts, sign-in and
 ///   sessions, then the pages that read and act, then their routes;
 /// - 16: the whole router.
-const LAYERS: [(&str, u8); 27] = [
+const LAYERS: [(&str, u8); 29] = [
     ("config", 0),
     ("metrics", 0),
     ("auth", 0),
     ("settled", 0),
+    ("live::budget", 0),
     ("certification", 1),
     ("state", 2),
-    ("dispatch", 3),
-    ("jobs", 4),
-    ("http::views", 5),
-    ("http::error", 6),
-    ("http::responses", 6),
-    ("http::listen", 7),
-    ("http::edge", 7),
-    ("http::document", 7),
-    ("http::extract", 8),
-    ("http::facade", 9),
-    ("http::jobs", 9),
-    ("http::ops", 9),
-    ("http::api", 10),
-    ("http", 11),
-    ("ui::views", 12),
-    ("ui::session", 13),
-    ("ui::pages", 14),
-    ("ui::actions", 14),
-    ("ui", 15),
-    ("app", 16),
-    ("layers", 17),
+    ("live", 3),
+    ("dispatch", 4),
+    ("jobs", 5),
+    ("http::views", 6),
+    ("http::error", 7),
+    ("http::responses", 7),
+    ("http::listen", 8),
+    ("http::edge", 8),
+    ("http::document", 8),
+    ("http::extract", 9),
+    ("http::facade", 10),
+    ("http::jobs", 10),
+    ("http::ops", 10),
+    ("http::api", 11),
+    ("http", 12),
+    ("ui::views", 13),
+    ("ui::session", 14),
+    ("ui::pages", 15),
+    ("ui::actions", 15),
+    ("ui", 16),
+    ("app", 17),
+    ("layers", 18),
 ];
 
 /// The entry of `module` (a path such as `http::facade::reply`).
@@ -171,7 +175,7 @@ fn an_import_against_the_rule_is_found() {
     assert_eq!(
         offences,
         [
-            "dispatch (layer 3) imports http::error (http::error, layer 6)",
+            "dispatch (layer 4) imports http::error (http::error, layer 7)",
             "unplaced has no layer in LAYERS",
         ],
     );
@@ -179,7 +183,7 @@ fn an_import_against_the_rule_is_found() {
 
 #[test]
 fn a_module_is_placed_by_its_longest_entry() {
-    assert_eq!(layer("http::facade::reply"), Some(("http::facade", 9)));
-    assert_eq!(layer("http"), Some(("http", 11)));
+    assert_eq!(layer("http::facade::reply"), Some(("http::facade", 10)));
+    assert_eq!(layer("http"), Some(("http", 12)));
     assert_eq!(layer("httpx"), None);
 }

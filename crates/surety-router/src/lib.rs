@@ -23,6 +23,7 @@ mod http;
 mod jobs;
 #[cfg(test)]
 mod layers;
+mod live;
 mod metrics;
 mod settled;
 mod state;

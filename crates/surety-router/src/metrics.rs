@@ -8,6 +8,14 @@ use prometheus::{
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
+    /// Shadow calls and re-checks by provider, contract, source and outcome.
+    pub live_checks: IntCounterVec,
+    /// Tokens the live checks spent, by provider.
+    pub live_tokens: IntCounterVec,
+    /// Live checks not made because the route's hourly budget was spent.
+    pub live_budget_exhausted: IntCounterVec,
+    /// Demotions this router decided, by provider and contract.
+    pub demotions: IntCounterVec,
     pub jobs_created: IntCounter,
     pub replays: IntCounter,
     pub conflicts: IntCounter,
@@ -58,6 +66,26 @@ impl Metrics {
             "Tokens of every answered provider call, as the provider counted them, by provider and kind (prompt, completion)",
             &["provider", "kind"],
         )?;
+        let live_checks = counters(
+            "surety_live_checks_total",
+            "The router's own checks (shadow calls and scheduled re-checks) by provider, contract, source and outcome (kept, broke, disagreed, failed)",
+            &["provider", "contract", "source", "outcome"],
+        )?;
+        let live_tokens = counters(
+            "surety_live_tokens_total",
+            "Tokens the router's own checks spent, by provider",
+            &["provider"],
+        )?;
+        let live_budget_exhausted = counters(
+            "surety_live_budget_exhausted_total",
+            "Live checks not made because the route's hourly budget was spent, by route",
+            &["route"],
+        )?;
+        let demotions = counters(
+            "surety_demotions_total",
+            "Providers demoted for a contract by this router's live checks",
+            &["provider", "contract"],
+        )?;
         let provider_latency = HistogramVec::new(
             HistogramOpts::new("surety_provider_latency_seconds", "Provider call latency")
                 .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
@@ -65,6 +93,10 @@ impl Metrics {
         )?;
         registry.register(Box::new(provider_latency.clone()))?;
         Ok(Metrics {
+            live_checks,
+            live_tokens,
+            live_budget_exhausted,
+            demotions,
             jobs_created: counter("surety_jobs_created_total", "Jobs created")?,
             replays: counter(
                 "surety_job_replays_total",

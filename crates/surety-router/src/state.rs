@@ -1,12 +1,11 @@
 //! The router's shared state, built once from a validated configuration:
 //! the store, the providers and contracts as served, the manifest, the
 //! limits, the sessions, and the work in flight. Every handler and every
-//! dispatcher takes it; it is cheap to clone. Also the router's background
-//! work (manifest reloads, the reaper, pruning).
+//! dispatcher takes it; it is cheap to clone. (The background work that
+//! runs on it is `app.rs`'s.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use surety_exchange::pinning::UserTemplate;
 use surety_store::{Store, StoreOptions};
@@ -14,15 +13,9 @@ use surety_store::{Store, StoreOptions};
 use crate::auth::{Failures, Sessions};
 use crate::certification::{Certifier, Drift, ManifestHolder, ServedContract, ServedProvider};
 use crate::config::{ApiKey, Route, RouterConfig, Settings};
+use crate::live::budget::Budgets;
 use crate::metrics::Metrics;
 use crate::settled::Settled;
-
-/// Settled jobs deleted per write when pruning past retention: a write of
-/// a few ms, so the writes queued behind it barely wait.
-const PRUNE_BATCH: u32 = 64;
-/// Pruning runs every this many background ticks (of 500 ms): every 2 s,
-/// so each pass is short.
-const PRUNE_EVERY_TICKS: u64 = 4;
 
 /// Everything a request handler or a dispatcher needs; cheap to clone.
 #[derive(Debug, Clone)]
@@ -59,15 +52,20 @@ pub struct Inner {
     pub sessions: Sessions,
     /// Failed authentications per client address.
     pub failures: Failures,
+    /// Each route's budget for its shadow checks and re-checks.
+    pub budgets: Budgets,
 }
 
 impl Inner {
-    /// Eligibility against the providers and the manifest as they are now.
-    pub fn certifier(&self) -> Certifier<'_> {
-        Certifier {
+    /// Eligibility against the providers, the manifest and the open
+    /// demotions as they are now (the demotions read from the database,
+    /// so a demotion any replica decided counts at once).
+    pub async fn certifier(&self) -> Result<Certifier<'_>, surety_store::StoreError> {
+        Ok(Certifier {
             providers: &self.providers,
             manifest: &self.manifest,
-        }
+            demotions: self.store.demotions().await?,
+        })
     }
 
     /// The attempts waiting on a provider now, by job and ordinal.
@@ -212,76 +210,8 @@ impl AppState {
                 settled: Arc::default(),
                 sessions: Sessions::new(config.operator_session),
                 failures: Failures::new(config.max_failed_auth),
+                budgets: Budgets::default(),
             }),
         })
-    }
-
-    /// The background work of a running router: reload the manifest when it
-    /// changes, reap the leases of routers that died, and prune settled
-    /// jobs past retention.
-    pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
-        let state = self.clone();
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "not a job's work: its handle is the caller's, who stops it at shutdown"
-        )]
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(500));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut n: u64 = 0;
-            loop {
-                tick.tick().await;
-                state.inner.manifest.reload_if_changed();
-                n += 1;
-                if n.is_multiple_of(4) {
-                    match state.inner.store.reap_expired().await {
-                        Ok(reaped) if !reaped.is_empty() => {
-                            tracing::warn!(count = reaped.len(), "reaped expired leases")
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::error!(error = %e, "reaper failed"),
-                    }
-                }
-                if n.is_multiple_of(PRUNE_EVERY_TICKS) {
-                    state.prune().await;
-                }
-            }
-        })
-    }
-
-    /// Deletes the settled jobs past retention, a small batch per write so
-    /// the writers' queue never waits long behind it; returns how many went.
-    pub async fn prune(&self) -> u64 {
-        let mut pruned = 0;
-        loop {
-            match self
-                .inner
-                .store
-                .prune_settled(self.inner.settings.retention, PRUNE_BATCH)
-                .await
-            {
-                Ok(n) => {
-                    pruned += n;
-                    self.inner.metrics.pruned_jobs.inc_by(n);
-                    if n < u64::from(PRUNE_BATCH) {
-                        break;
-                    }
-                    // Between batches, the jobs being made go first.
-                    tokio::task::yield_now().await;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "pruning settled jobs failed; the next pass tries again");
-                    break;
-                }
-            }
-        }
-        if pruned > 0 {
-            tracing::info!(
-                jobs = pruned,
-                retention_s = self.inner.settings.retention.as_secs(),
-                "pruned settled jobs past retention"
-            );
-        }
-        pruned
     }
 }

@@ -1,9 +1,10 @@
-//! What the router may serve, decided from the signed manifest and the
-//! configuration as they are at the moment of asking: the providers and
-//! contracts as served (with what is computed from them once), each
-//! provider's eligibility per contract, and the drift seen in answers.
-//! Nothing here grants trust on its own: only a certified manifest entry
-//! that matches the configuration now makes a provider eligible.
+//! What the router may serve, decided from the signed manifest, the
+//! configuration and the router's own demotions as they are at the moment
+//! of asking: the providers and contracts as served (with what is computed
+//! from them once), each provider's eligibility per contract, and the drift
+//! seen in answers. Nothing here grants trust on its own: only a certified
+//! manifest entry that matches the configuration now makes a provider
+//! eligible, and a demotion newer than that certification takes it away.
 
 mod manifest;
 
@@ -14,6 +15,7 @@ use surety_contracts::Contract;
 use surety_exchange::pinning::UserTemplate;
 use surety_manifest::{Current, Eligibility};
 use surety_providers::{Provider, ProviderConfig};
+use surety_store::Demotion;
 
 use crate::config::Route;
 pub use manifest::ManifestHolder;
@@ -56,28 +58,66 @@ pub struct Eligible {
     pub models: Arc<[String]>,
 }
 
-/// What eligibility is decided from: the providers as configured and the
-/// manifest as loaded, both as they are when asked.
-#[derive(Debug, Clone, Copy)]
+/// Whether a provider may serve a contract, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// What the manifest says of the provider as it is configured now.
+    Manifest(Eligibility),
+    /// Certified, but demoted by the router's own checks since the
+    /// certification.
+    Demoted(Demotion),
+}
+
+impl Verdict {
+    pub fn certified(&self) -> bool {
+        *self == Verdict::Manifest(Eligibility::Certified)
+    }
+
+    /// A stable word for the verdict (`certified`, `stale`, `demoted`, …).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Verdict::Manifest(e) => e.code(),
+            Verdict::Demoted(_) => "demoted",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Manifest(e) => e.fmt(f),
+            Verdict::Demoted(d) => f.write_str(&d.reason),
+        }
+    }
+}
+
+/// What eligibility is decided from: the providers as configured, the
+/// manifest as loaded, and the open demotions as the database had them,
+/// all as they are when asked.
+#[derive(Debug, Clone)]
 pub struct Certifier<'a> {
     pub providers: &'a BTreeMap<String, ServedProvider>,
     pub manifest: &'a ManifestHolder,
+    pub demotions: Vec<Demotion>,
+}
+
+/// `rfc3339` in milliseconds since the epoch, if it reads.
+fn millis(rfc3339: &str) -> Option<i64> {
+    let at = surety_manifest::parse_time(rfc3339).ok()?;
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 impl Certifier<'_> {
     /// Whether `provider` may serve `contract` now: its manifest entry must
     /// be certified for the contract's digest and rendered prompts and for
-    /// the provider's configured behaviour, and not expired. With it, the
+    /// the provider's configured behaviour, and not expired; and no
+    /// demotion newer than that certification may stand. With it, the
     /// model ids the certificate saw answer.
-    pub fn eligibility(
-        &self,
-        provider: &str,
-        contract: &ServedContract,
-    ) -> (Eligibility, Vec<String>) {
+    pub fn eligibility(&self, provider: &str, contract: &ServedContract) -> (Verdict, Vec<String>) {
         let (Some(served), Some(manifest)) =
             (self.providers.get(provider), self.manifest.current())
         else {
-            return (Eligibility::Missing, Vec::new());
+            return (Verdict::Manifest(Eligibility::Missing), Vec::new());
         };
         let current = Current {
             contract_digest: &contract.contract.digest,
@@ -86,11 +126,24 @@ impl Certifier<'_> {
         };
         let id = &contract.contract.id;
         let verdict = manifest.eligibility(provider, id, &current, time::OffsetDateTime::now_utc());
-        let models = manifest
-            .entry(provider, id)
+        let entry = manifest.entry(provider, id);
+        let models = entry
             .map(|e| e.served_model.response_models.clone())
             .unwrap_or_default();
-        (verdict, models)
+        if verdict != Eligibility::Certified {
+            return (Verdict::Manifest(verdict), models);
+        }
+        // A certification newer than the demotion lifts it (the background
+        // loop records the lift; the verdict does not wait for it).
+        let certified_at = entry
+            .and_then(|e| millis(&e.generated_at))
+            .unwrap_or(i64::MAX);
+        match self.demotions.iter().find(|d| {
+            d.provider == provider && d.contract == *id && d.demoted_at_ms >= certified_at
+        }) {
+            Some(demotion) => (Verdict::Demoted(demotion.clone()), models),
+            None => (Verdict::Manifest(verdict), models),
+        }
     }
 
     /// `provider` with its certified models, if it is eligible for `served`
@@ -98,7 +151,7 @@ impl Certifier<'_> {
     /// to start there.
     pub fn eligible_now(&self, provider: &str, served: &ServedContract) -> Option<Eligible> {
         match self.eligibility(provider, served) {
-            (Eligibility::Certified, models) => Some(Eligible {
+            (verdict, models) if verdict.certified() => Some(Eligible {
                 id: provider.to_owned(),
                 models: models.into(),
             }),
@@ -120,7 +173,7 @@ impl Certifier<'_> {
         let mut why_not = Vec::new();
         for provider in &route.providers {
             match self.eligibility(provider, contract) {
-                (Eligibility::Certified, models) => ok.push(Eligible {
+                (verdict, models) if verdict.certified() => ok.push(Eligible {
                     id: provider.clone(),
                     models: models.into(),
                 }),
@@ -128,5 +181,21 @@ impl Certifier<'_> {
             }
         }
         (ok, why_not)
+    }
+
+    /// The open demotions a certification newer than them has lifted, to
+    /// be recorded as lifted.
+    pub fn lifted_by_certification(&self) -> Vec<(Demotion, i64)> {
+        let Some(manifest) = self.manifest.current() else {
+            return Vec::new();
+        };
+        self.demotions
+            .iter()
+            .filter_map(|d| {
+                let entry = manifest.entry(&d.provider, &d.contract)?;
+                let at = millis(&entry.generated_at)?;
+                (at > d.demoted_at_ms).then(|| (d.clone(), at))
+            })
+            .collect()
     }
 }

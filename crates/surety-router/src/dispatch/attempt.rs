@@ -14,6 +14,7 @@ use surety_store::{Answer, AttemptHandle, Finish, Outcome};
 
 use super::End;
 use crate::certification::{Drift, Eligible, ServedContract};
+use crate::config::Route;
 use crate::state::AppState;
 
 /// Runs one attempt to its end: heartbeats its lease, calls the provider,
@@ -215,20 +216,30 @@ pub(super) struct Judge {
     /// The job's providers, and this attempt's place among them.
     pub(super) providers: Arc<[Eligible]>,
     pub(super) place: usize,
+    /// The route and the messages its shadow checks send, when the route
+    /// has them.
+    pub(super) shadow: Option<(Route, Vec<Message>)>,
 }
 
 impl Judge {
     /// The next provider after this attempt's that is eligible now: where
     /// a definite failure fails over to. With none, the failure fails the job.
-    pub(super) fn next(&self, state: &AppState) -> Option<(usize, Eligible)> {
+    /// Demotions that cannot be read fail over nowhere: trust is never
+    /// assumed.
+    pub(super) async fn next(&self, state: &AppState) -> Option<(usize, Eligible)> {
+        let certifier = match state.inner.certifier().await {
+            Ok(certifier) => certifier,
+            Err(e) => {
+                tracing::warn!(error = %e, "the demotions cannot be read: no failover");
+                return None;
+            }
+        };
         self.providers
             .iter()
             .enumerate()
             .skip(self.place + 1)
             .find_map(|(i, p)| {
-                state
-                    .inner
-                    .certifier()
+                certifier
                     .eligible_now(&p.id, &self.served)
                     .map(|now| (i, now))
             })
@@ -325,7 +336,7 @@ pub(super) async fn record(
     // next would start; a success asks nothing.
     let next = match &mut outcome {
         Outcome::Failed { give_up, .. } => {
-            let next = judge.next(state);
+            let next = judge.next(state).await;
             *give_up = next.is_none();
             next
         }
@@ -335,7 +346,22 @@ pub(super) async fn record(
     // outcome, and an answer that did not become the job's is a late
     // result discarded.
     let (counted, end) = match finish_held(state, handle, outcome).await {
-        Ok(Finish::Won(_)) => (Some("succeeded"), End::Won),
+        Ok(Finish::Won(job)) => {
+            if let (Some((route, messages)), Some(answer)) = (&judge.shadow, job.result) {
+                crate::live::after_success(
+                    state,
+                    crate::live::Succeeded {
+                        route: route.clone(),
+                        served: judge.served.clone(),
+                        job_id: handle.job_id.clone(),
+                        winner: handle.provider.clone(),
+                        messages: messages.clone(),
+                        answer,
+                    },
+                );
+            }
+            (Some("succeeded"), End::Won)
+        }
         Ok(Finish::Lost { winner }) => {
             metrics.lost_races.inc();
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, winner = ?winner, "late result discarded: the attempt lost the race");

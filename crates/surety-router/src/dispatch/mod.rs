@@ -71,13 +71,17 @@ async fn run(state: &AppState, drive: Drive) {
     // without one, the first provider eligible now.
     let found = match &handle {
         Some(_) => drive.providers.first().cloned().map(|p| (0, p)),
-        None => drive.providers.iter().enumerate().find_map(|(i, p)| {
-            state
-                .inner
-                .certifier()
-                .eligible_now(&p.id, &drive.served)
-                .map(|now| (i, now))
-        }),
+        None => {
+            let Ok(certifier) = state.inner.certifier().await else {
+                tracing::warn!(job_id = %drive.job_id, "the demotions cannot be read: no attempt starts");
+                return;
+            };
+            drive.providers.iter().enumerate().find_map(|(i, p)| {
+                certifier
+                    .eligible_now(&p.id, &drive.served)
+                    .map(|now| (i, now))
+            })
+        }
     };
     let Some((mut i, mut at)) = found else {
         return;
@@ -100,6 +104,11 @@ async fn run(state: &AppState, drive: Drive) {
                     models: at.models.clone(),
                     providers: drive.providers.clone(),
                     place,
+                    shadow: drive
+                        .route
+                        .shadow
+                        .as_ref()
+                        .map(|_| (drive.route.clone(), drive.messages.clone())),
                 },
             )
         };
@@ -112,8 +121,13 @@ async fn run(state: &AppState, drive: Drive) {
                 tokio::select! {
                     end = &mut primary => end,
                     () = tokio::time::sleep(after) => {
-                        // The hedge asks for eligibility as it starts, too.
-                        match state.inner.certifier().eligible_now(&hedge_provider.id, &drive.served) {
+                        // The hedge asks for eligibility as it starts, too
+                        // (a demotion it cannot read starts no hedge).
+                        let now = match state.inner.certifier().await {
+                            Ok(certifier) => certifier.eligible_now(&hedge_provider.id, &drive.served),
+                            Err(_) => None,
+                        };
+                        match now {
                             None => primary.await,
                             Some(hedge_provider) => {
                                 let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {

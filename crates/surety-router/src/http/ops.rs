@@ -10,20 +10,21 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use surety_config::Facade;
 
+use super::error::ApiError;
 use super::extract::Caller;
-use super::responses::{Limited, Unauthorized};
+use super::responses::{Limited, Unauthorized, Unavailable};
 use super::views::{
     CertificationView, DriftView, ProviderList, ProviderView, Readiness, RouteView,
 };
 use crate::state::AppState;
 
 /// Providers with their certification per contract, and the routes.
-#[utoipa::path(get, path = "/v1/providers", tag = "providers", responses((status = 200, description = "Providers and routes", body = ProviderList), Unauthorized, Limited))]
+#[utoipa::path(get, path = "/v1/providers", tag = "providers", responses((status = 200, description = "Providers and routes; a provider demoted for a contract by the router's own checks says `demoted`, with the reason", body = ProviderList), Unauthorized, Limited, Unavailable))]
 pub(super) async fn providers(
     State(state): State<AppState>,
     _caller: Caller,
-) -> Json<ProviderList> {
-    Json(provider_list(&state))
+) -> Result<Json<ProviderList>, ApiError> {
+    Ok(Json(provider_list(&state).await?))
 }
 
 /// Alive.
@@ -117,7 +118,8 @@ pub(super) async fn openapi(axum::Extension(doc): axum::Extension<Arc<Value>>) -
 
 /// Every provider with its certification per contract (in words, from the
 /// manifest against the configuration now), and the routes.
-pub fn provider_list(state: &AppState) -> ProviderList {
+pub async fn provider_list(state: &AppState) -> Result<ProviderList, surety_store::StoreError> {
+    let certifier = state.inner.certifier().await?;
     let drift = state
         .inner
         .drift
@@ -135,7 +137,7 @@ pub fn provider_list(state: &AppState) -> ProviderList {
                 .contracts
                 .values()
                 .map(|c| {
-                    let (verdict, models) = state.inner.certifier().eligibility(id, c);
+                    let (verdict, models) = certifier.eligibility(id, c);
                     let expires_at = manifest
                         .as_ref()
                         .and_then(|m| m.entry(id, &c.contract.id))
@@ -186,9 +188,9 @@ pub fn provider_list(state: &AppState) -> ProviderList {
             }
         })
         .collect();
-    ProviderList {
+    Ok(ProviderList {
         object: "list".to_owned(),
         data,
         routes,
-    }
+    })
 }

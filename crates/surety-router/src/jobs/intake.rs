@@ -38,13 +38,13 @@ pub fn route_and_contract<'s>(
 
 /// The route's providers the manifest certifies for its contract now, in
 /// order; never empty: with none, a 503 saying why each is not.
-pub fn certified(
+pub async fn certified(
     state: &AppState,
     route: &Route,
     served: &ServedContract,
 ) -> Result<Vec<Eligible>, JobError> {
     let contract = &served.contract;
-    let (eligible, why_not) = state.inner.certifier().eligible(route, served);
+    let (eligible, why_not) = state.inner.certifier().await?.eligible(route, served);
     if eligible.is_empty() {
         return Err(JobError::NoCertifiedProvider {
             route: route.id.clone(),
@@ -163,7 +163,7 @@ pub async fn create_and_dispatch(
     let (job, first, replayed, providers) = match found {
         Some(job) => (job, None, true, Vec::new()),
         None => {
-            let providers = certified(state, &intake.route, &intake.served)?;
+            let providers = certified(state, &intake.route, &intake.served).await?;
             let first = StartAttempt {
                 provider: providers
                     .first()

@@ -31,7 +31,7 @@ pub fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, 
 pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<(), JobError> {
     let job = state.inner.store.job(owner, job_id).await?;
     let (route, served) = route_and_contract(state, &job.route)?;
-    let eligible = certified(state, &route, served)?;
+    let eligible = certified(state, &route, served).await?;
     let contract = &served.contract;
     // Built before the attempt starts: an input that no longer fits its
     // contract starts nothing.

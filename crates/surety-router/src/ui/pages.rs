@@ -248,7 +248,10 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
     let Some(op) = operator(&state, &headers) else {
         return to_sign_in();
     };
-    let list = crate::http::provider_list(&state);
+    let list = match crate::http::provider_list(&state).await {
+        Ok(list) => list,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
     let mut rows = Vec::new();
     for route in &list.routes {
         for provider in &route.providers {

@@ -1,0 +1,244 @@
+//! The router's own checks (SPEC "Live certification"): after a job of a
+//! route with `[routes.<id>.shadow]` succeeds, a sampled job's certified
+//! request (the very messages its attempts sent, built by
+//! `surety_exchange::request` for each provider) goes to the route's other
+//! eligible providers, off the request path, on the task tracker, within
+//! the route's hourly budget and concurrency cap, each call with its own
+//! idempotency key. Each answer is judged by the harness's own check and
+//! compared with the job's answer on the contract's agreement pointers; the
+//! result is recorded, and past the contract's thresholds the provider is
+//! demoted for the contract. A shadow call is never an attempt: the job,
+//! its answer, its replay and its books are untouched. These checks can
+//! only take trust away.
+
+pub(crate) mod budget;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use surety_config::{Route, Shadow};
+use surety_contracts::{Judged, Seen};
+use surety_providers::{CallContext, Message};
+use surety_store::{JobId, LiveOutcome, LiveResult, LiveSource};
+use tracing::Instrument;
+
+use crate::certification::ServedContract;
+use crate::state::AppState;
+
+/// What a succeeded job offers its route's shadow checks.
+#[derive(Debug, Clone)]
+pub struct Succeeded {
+    pub route: Route,
+    pub served: Arc<ServedContract>,
+    pub job_id: JobId,
+    /// The provider whose answer won: it is not shadowed.
+    pub winner: String,
+    pub messages: Vec<Message>,
+    pub answer: Value,
+}
+
+/// Shadows `job` if its route asks for it and the draw samples it; the
+/// calls run on the task tracker, never on the request path.
+pub fn after_success(state: &AppState, job: Succeeded) {
+    let Some(shadow) = job.route.shadow.clone() else {
+        return;
+    };
+    // Never for a contract whose calls may have side effects.
+    if !job.served.contract.hedgeable() || !shadow.samples(rand::random_range(0..1_000_000)) {
+        return;
+    }
+    let state_now = state.clone();
+    let span = tracing::info_span!("shadow", job_id = %job.job_id, route = %job.route.id);
+    state
+        .inner
+        .tasks
+        .spawn(async move { shadow_job(&state_now, &shadow, job).await }.instrument(span));
+}
+
+async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
+    let certifier = match state.inner.certifier().await {
+        Ok(certifier) => certifier,
+        Err(e) => {
+            tracing::warn!(error = %e, "shadow checks skipped: the demotions cannot be read");
+            return;
+        }
+    };
+    let others: Vec<String> = job
+        .route
+        .providers
+        .iter()
+        .filter(|p| **p != job.winner)
+        .filter(|p| certifier.eligibility(p, &job.served).0.certified())
+        .cloned()
+        .collect();
+    drop(certifier);
+    for provider in others {
+        let Some(in_flight) = state.inner.budgets.take(&job.route.id, shadow) else {
+            state
+                .inner
+                .metrics
+                .live_budget_exhausted
+                .with_label_values(&[&job.route.id])
+                .inc();
+            return;
+        };
+        let Ok(_permit) = in_flight.acquire_owned().await else {
+            return;
+        };
+        let key = format!("surety-shadow-{}-{provider}", job.job_id);
+        let (outcome, detail, answer) = ask(state, &job, &provider, &key, shadow.timeout).await;
+        let result = LiveResult {
+            provider: provider.clone(),
+            contract: job.served.contract.id.clone(),
+            route: job.route.id.clone(),
+            source: LiveSource::Shadow,
+            outcome,
+            detail,
+            job_id: Some(job.job_id.clone()),
+            case_name: None,
+            input: serde_json::to_value(&job.messages).unwrap_or(Value::Null),
+            expected: Some(job.served.contract.live.agreed_fields(&job.answer)),
+            answer,
+            at_ms: 0,
+        };
+        record(state, &job.served, result).await;
+    }
+}
+
+/// Sends the job's certified request to `provider` and judges its answer:
+/// what was seen, in words, and the answer.
+async fn ask(
+    state: &AppState,
+    job: &Succeeded,
+    provider: &str,
+    key: &str,
+    timeout: Duration,
+) -> (LiveOutcome, String, Option<Value>) {
+    let Some(served) = state.inner.providers.get(provider) else {
+        return (
+            LiveOutcome::Failed,
+            format!("no provider `{provider}`"),
+            None,
+        );
+    };
+    let contract = &job.served.contract;
+    let request = surety_exchange::request(
+        contract,
+        job.messages.clone(),
+        served.adapter.capabilities(),
+    );
+    let call = CallContext {
+        idempotency_key: key.to_owned(),
+    };
+    let metrics = &state.inner.metrics;
+    let response = match tokio::time::timeout(timeout, served.adapter.chat(&request, &call)).await {
+        Err(_) => {
+            let words = format!("no answer within {} ms", timeout.as_millis());
+            return (LiveOutcome::Failed, words, None);
+        }
+        Ok(Err(e)) => return (LiveOutcome::Failed, e.to_string(), None),
+        Ok(Ok(response)) => response,
+    };
+    let tokens = response.usage.prompt_tokens + response.usage.completion_tokens;
+    metrics
+        .live_tokens
+        .with_label_values(&[provider])
+        .inc_by(tokens);
+    let checked = surety_exchange::check(contract, &response);
+    let answer = checked.answer.clone();
+    if !checked.passed() {
+        return (LiveOutcome::Broke, checked.describe(), answer);
+    }
+    let disagreement = answer
+        .as_ref()
+        .and_then(|a| contract.live.disagreement(&job.answer, a));
+    match disagreement {
+        Some(words) => (LiveOutcome::Disagreed, words, answer),
+        None => (LiveOutcome::Kept, "kept the contract".to_owned(), answer),
+    }
+}
+
+fn seen(outcome: LiveOutcome) -> Seen {
+    match outcome {
+        LiveOutcome::Kept => Seen::Kept,
+        LiveOutcome::Broke => Seen::Broke,
+        LiveOutcome::Disagreed => Seen::Disagreed,
+        LiveOutcome::Failed => Seen::Failed,
+    }
+}
+
+/// Records `result`, and demotes its provider for the contract when the
+/// contract's thresholds say so.
+pub async fn record(state: &AppState, served: &ServedContract, result: LiveResult) {
+    let metrics = &state.inner.metrics;
+    metrics
+        .live_checks
+        .with_label_values(&[
+            &result.provider,
+            &result.contract,
+            result.source.as_str(),
+            result.outcome.as_str(),
+        ])
+        .inc();
+    let store = &state.inner.store;
+    if let Err(e) = store.record_live(&result).await {
+        tracing::warn!(error = %e, provider = %result.provider, "a live result could not be recorded");
+        return;
+    }
+    let live = &served.contract.live;
+    let window = match store
+        .live_window(&result.provider, &result.contract, live.window)
+        .await
+    {
+        Ok(window) => window,
+        Err(e) => {
+            tracing::warn!(error = %e, "the live window cannot be read");
+            return;
+        }
+    };
+    let judged: Vec<Judged<'_>> = window
+        .iter()
+        .map(|r| Judged {
+            seen: seen(r.outcome),
+            recheck: r.source == LiveSource::Recheck,
+            detail: &r.detail,
+        })
+        .collect();
+    let Some(reason) = live.demotion(&judged) else {
+        return;
+    };
+    match store
+        .demote(&result.provider, &result.contract, &reason)
+        .await
+    {
+        Ok(true) => {
+            metrics
+                .demotions
+                .with_label_values(&[&result.provider, &result.contract])
+                .inc();
+            tracing::warn!(provider = %result.provider, contract = %result.contract, %reason, "provider demoted for the contract");
+        }
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "a demotion could not be recorded"),
+    }
+}
+
+/// Records as lifted the demotions a certification newer than them lifts
+/// (the verdicts already do not count them).
+pub async fn lift_certified(state: &AppState) {
+    let Ok(certifier) = state.inner.certifier().await else {
+        return;
+    };
+    for (demotion, certified_at_ms) in certifier.lifted_by_certification() {
+        let lift = surety_store::Lift::Certification { certified_at_ms };
+        if let Err(e) = state
+            .inner
+            .store
+            .lift(&demotion.provider, &demotion.contract, &lift)
+            .await
+        {
+            tracing::warn!(error = %e, "a lifted demotion could not be recorded");
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The router's own checks, over HTTP (SPEC "Live certification"): a
+//! fallback that keeps the certification cases but breaks the contract on
+//! real inputs is demoted by shadow checks and then not failed over to; a
+//! demotion decided while a job runs stops that job's failover; a newer
+//! certification lifts it. The router takes trust away, never grants it.
+
+use serde_json::{Value, json};
+use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
+use surety_tests::TestDb;
+
+use crate::harness::{
+    ACME, Router, detect, language_script, language_script_else, manifest, until,
+};
+
+const SHADOWED: &str = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n\
+     [routes.language.shadow]\nsampling = 1.0\nhourly_budget = 100\n";
+
+/// A primary that answers right, and a fallback that answers the
+/// certification cases right but anything else in words the schema refuses.
+async fn primary_and_a_fallback_that_breaks_on_real_inputs() -> (FakeProvider, FakeProvider) {
+    let primary = FakeProvider::start(language_script()).await.unwrap();
+    let breaks = Behavior::Reply(json!({"language": "Englisch"}).to_string());
+    let fallback = FakeProvider::start(language_script_else(breaks))
+        .await
+        .unwrap();
+    (primary, fallback)
+}
+
+fn server_error() -> Behavior {
+    Behavior::Status {
+        status: 500,
+        body: json!({"error": {"message": "the primary is down"}}),
+        retry_after: None,
+    }
+}
+
+/// `provider`'s certification status for language-detect, as `/v1/providers` says.
+async fn status(router: &Router, provider: &str) -> (String, String) {
+    let (_, list) = router.get(ACME, "/v1/providers").await;
+    let of = |p: &Value| p["id"] == provider;
+    let entry = &list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| of(p))
+        .unwrap()["certification"]["language-detect"];
+    (
+        entry["status"].as_str().unwrap_or_default().to_owned(),
+        entry["reason"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+pub async fn a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_not_failed_over_to(
+    db: &TestDb,
+) {
+    let (primary, fallback) = primary_and_a_fallback_that_breaks_on_real_inputs().await;
+    let certified = manifest(&[
+        ("fake-a", &primary, "language-detect"),
+        ("fake-b", &fallback, "language-detect"),
+    ]);
+    let router = Router::start(
+        db,
+        &[("fake-a", &primary), ("fake-b", &fallback)],
+        SHADOWED,
+        &certified,
+        "",
+    )
+    .await;
+    // Real traffic, through the primary: its answer is the job's.
+    let text = "Hello, could you move my delivery to next Tuesday?";
+    let (_, _, job) = router.create(ACME, "live-1", &detect(text), Some(10)).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job}");
+    // The shadow call, off the request path: the fallback breaks the contract, and is demoted.
+    let demotions = &router.state.inner.metrics.demotions;
+    let demoted = || {
+        demotions
+            .with_label_values(&["fake-b", "language-detect"])
+            .get()
+    };
+    assert!(
+        until(async || demoted() == 1).await,
+        "the fallback is demoted"
+    );
+    assert_eq!(fallback.calls(), 1, "one shadow call, never an attempt");
+    let (code, reason) = status(&router, "fake-b").await;
+    assert_eq!(code, "demoted", "{reason}");
+    assert!(
+        reason.contains("1 of the last 1 live checks broke the contract")
+            && reason.contains("schema at `/language`"),
+        "the reason in words: {reason}"
+    );
+    assert_eq!(status(&router, "fake-a").await.0, "certified");
+    assert!(router.metric("surety_demotions_total").await >= 1.0);
+    // The job itself is untouched: the same answer, one attempt, and a replay says so.
+    let (status_again, _, again) = router.create(ACME, "live-1", &detect(text), Some(10)).await;
+    assert_eq!(status_again, 200, "a replay");
+    assert_eq!(again["result"], json!({"language": "english"}));
+    assert_eq!(again["attempts"].as_array().unwrap().len(), 1);
+    // The primary fails: the demoted fallback is not failed over to.
+    primary.set_script(Script::always(server_error()));
+    let (_, _, failed) = router
+        .create(
+            ACME,
+            "live-2",
+            &detect("Bonjour, ma commande est arrivée cassée."),
+            Some(10),
+        )
+        .await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    let providers: Vec<&str> = failed["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["provider"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        providers,
+        ["fake-a"],
+        "no attempt at the demoted fallback: {failed}"
+    );
+    assert_eq!(fallback.calls(), 1);
+    // A new certification, newer than the demotion, lifts it.
+    let recertified = manifest(&[
+        ("fake-a", &primary, "language-detect"),
+        ("fake-b", &fallback, "language-detect"),
+    ]);
+    recertified.write(&router.manifest_path()).unwrap();
+    router.state.inner.manifest.reload();
+    assert_eq!(status(&router, "fake-b").await.0, "certified");
+    let store = &router.state.inner.store;
+    assert!(
+        until(async || store.demotions().await.unwrap().is_empty()).await,
+        "the lift is recorded"
+    );
+    // Eligible again: the failover reaches the fallback (which, still
+    // broken on real inputs, fails this job's check and will be demoted
+    // again by the next shadow check).
+    let input = detect("Hola, mi pedido no ha llegado.");
+    let (_, _, retried) = router.create(ACME, "live-3", &input, Some(10)).await;
+    let providers: Vec<&str> = retried["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["provider"].as_str().unwrap())
+        .collect();
+    assert_eq!(providers, ["fake-a", "fake-b"], "{retried}");
+}
+
+pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb) {
+    // The primary takes its time and then fails; meanwhile another replica
+    // (here: the store, directly) demotes the fallback.
+    let primary = FakeProvider::start(Script::always(server_error()).rule_with_latency(
+        When::Always,
+        server_error(),
+        Latency::FixedMs(600),
+    ))
+    .await
+    .unwrap();
+    let fallback = FakeProvider::start(language_script()).await.unwrap();
+    let route =
+        "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n";
+    let certified = manifest(&[
+        ("fake-a", &primary, "language-detect"),
+        ("fake-b", &fallback, "language-detect"),
+    ]);
+    let router = Router::start(
+        db,
+        &[("fake-a", &primary), ("fake-b", &fallback)],
+        route,
+        &certified,
+        "",
+    )
+    .await;
+    let input = detect("Hello there");
+    let create = router.create(ACME, "mid-1", &input, Some(10));
+    let demote = async {
+        assert!(
+            until(async || primary.calls() == 1).await,
+            "the first attempt is running"
+        );
+        let why = "demoted: 3 of the last 50 live checks broke the contract — decided elsewhere";
+        assert!(
+            router
+                .state
+                .inner
+                .store
+                .demote("fake-b", "language-detect", why)
+                .await
+                .unwrap()
+        );
+    };
+    let ((_, _, job), ()) = tokio::join!(create, demote);
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(
+        job["attempts"].as_array().unwrap().len(),
+        1,
+        "no failover to the demoted fallback: {job}"
+    );
+    assert_eq!(fallback.calls(), 0);
+}
