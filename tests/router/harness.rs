@@ -132,6 +132,50 @@ impl Router {
         Router::start_with(db, &providers, routes, manifest, server).await
     }
 
+    /// The configuration file of a test router: its database, its
+    /// `manifest` file, the contracts, the test keys, `providers`, `routes`
+    /// and `server` (more `[server]` lines).
+    pub fn config_toml(
+        db: &TestDb,
+        providers: &str,
+        routes: &str,
+        manifest: &Path,
+        server: &str,
+    ) -> String {
+        let mut toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
+             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
+             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\nadmin = true\n\
+             [[api_keys]]\nowner = \"globex\"\nsha256 = \"{}\"\n\
+             [[api_keys]]\nowner = \"ops\"\nsha256 = \"{}\"\nadmin = true\nall_owners = true\n",
+            db.url,
+            manifest.display(),
+            contracts_dir().display(),
+            hash(ACME),
+            hash(ACME_ADMIN),
+            hash(GLOBEX),
+            hash(OPS)
+        );
+        toml.push_str(providers);
+        toml.push_str(routes);
+        toml
+    }
+
+    /// Why a router with `providers` and `routes` does not start.
+    pub async fn refused(db: &TestDb, providers: &[(&str, &FakeProvider)], routes: &str) -> String {
+        let providers: String = providers
+            .iter()
+            .map(|(id, fake)| provider_toml(id, fake))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let toml = Router::config_toml(db, &providers, routes, &dir.path().join("m.json"), "");
+        let config = RouterConfig::from_toml(&toml).unwrap();
+        match AppState::from_config(&config).await {
+            Ok(_) => panic!("the router started"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
     /// As [`Router::start`], with the providers' TOML as given.
     pub async fn start_with(
         db: &TestDb,
@@ -143,22 +187,7 @@ impl Router {
         let dir = tempfile::tempdir().unwrap();
         let manifest_path = dir.path().join("manifest.json");
         manifest.write(&manifest_path).unwrap();
-        let mut toml = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
-             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
-             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\nadmin = true\n\
-             [[api_keys]]\nowner = \"globex\"\nsha256 = \"{}\"\n\
-             [[api_keys]]\nowner = \"ops\"\nsha256 = \"{}\"\nadmin = true\nall_owners = true\n",
-            db.url,
-            manifest_path.display(),
-            contracts_dir().display(),
-            hash(ACME),
-            hash(ACME_ADMIN),
-            hash(GLOBEX),
-            hash(OPS)
-        );
-        toml.push_str(providers);
-        toml.push_str(routes);
+        let toml = Router::config_toml(db, providers, routes, &manifest_path, server);
         let config = RouterConfig::from_toml(&toml).unwrap();
         let state = AppState::from_config(&config).await.unwrap();
         let background = state.spawn_background();

@@ -9,7 +9,7 @@ use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
 use surety_tests::TestDb;
 
 use crate::harness::{
-    ACME, Router, detect, language_script, language_script_else, manifest, until,
+    ACME, ACME_ADMIN, Router, detect, language_script, language_script_else, manifest, until,
 };
 
 const SHADOWED: &str = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n\
@@ -198,4 +198,75 @@ pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb)
         "no failover to the demoted fallback: {job}"
     );
     assert_eq!(fallback.calls(), 0);
+}
+
+/// A contract whose calls may have side effects is never shadowed: a route
+/// that asks for it does not start, and says why.
+#[tokio::test]
+async fn shadowing_a_contract_with_side_effects_is_refused() {
+    let db = TestDb::new(surety_tests::Engine::Sqlite).await.unwrap();
+    let fake = FakeProvider::replying("{}").await.unwrap();
+    let route = "[routes.invoices]\ncontract = \"invoice-extraction\"\nproviders = [\"fake-a\"]\n\
+         [routes.invoices.shadow]\nsampling = 0.5\nhourly_budget = 10\n";
+    let why = Router::refused(&db, &[("fake-a", &fake)], route).await;
+    assert!(
+        why.contains("routes.invoices.shadow.sampling") && why.contains("side effects"),
+        "{why}"
+    );
+}
+
+pub async fn an_admin_reinstates_a_demoted_provider_and_only_an_admin(db: &TestDb) {
+    let (primary, fallback) = primary_and_a_fallback_that_breaks_on_real_inputs().await;
+    let certified = manifest(&[
+        ("fake-a", &primary, "language-detect"),
+        ("fake-b", &fallback, "language-detect"),
+    ]);
+    let router = Router::start(
+        db,
+        &[("fake-a", &primary), ("fake-b", &fallback)],
+        SHADOWED,
+        &certified,
+        "",
+    )
+    .await;
+    let why = "demoted: 2 of the last 50 live checks broke the contract — decided by a test";
+    let store = &router.state.inner.store;
+    assert!(
+        store
+            .demote("fake-b", "language-detect", why)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        status(&router, "fake-b").await,
+        ("demoted".to_owned(), why.to_owned())
+    );
+    let path = "/v1/providers/fake-b/contracts/language-detect/reinstate";
+    let reinstate = async |key: &str, body: Value| {
+        let response = router
+            .client
+            .post(format!("{}{path}", router.base))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let code = response.status().as_u16();
+        (code, response.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    assert_eq!(reinstate(ACME, json!({"reason": "trust me"})).await.0, 403);
+    assert_eq!(reinstate(ACME_ADMIN, json!({"reason": " "})).await.0, 400);
+    assert_eq!(reinstate(ACME_ADMIN, json!({"why": "typo"})).await.0, 400);
+    assert_eq!(
+        status(&router, "fake-b").await.0,
+        "demoted",
+        "nothing changed"
+    );
+    let (code, list) =
+        reinstate(ACME_ADMIN, json!({"reason": "checked the answers by hand"})).await;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(status(&router, "fake-b").await.0, "certified");
+    assert!(store.demotions().await.unwrap().is_empty());
+    let (code, problem) = reinstate(ACME_ADMIN, json!({"reason": "again"})).await;
+    assert_eq!(code, 404, "{problem}");
 }

@@ -161,6 +161,19 @@ impl AppState {
             }
         }
         for route in config.routes.values() {
+            let side_effects = contracts
+                .get(&route.contract)
+                .is_some_and(|c| !c.contract.hedgeable());
+            let samples = route.shadow.as_ref().is_some_and(|s| s.per_million > 0);
+            if samples && side_effects {
+                anyhow::bail!(
+                    "`routes.{}.shadow.sampling`: contract `{}` may have side effects, so its jobs are never shadowed (a shadow call would do the work again); set `sampling = 0`",
+                    route.id,
+                    route.contract
+                );
+            }
+        }
+        for route in config.routes.values() {
             let unpinnable = contracts
                 .get(&route.contract)
                 .and_then(|c| c.user_template.as_ref().err());

@@ -54,6 +54,7 @@ pub fn routes() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(super::facade::chat_completions))
         .routes(routes!(super::facade::models))
         .routes(routes!(super::ops::providers))
+        .routes(routes!(super::ops::reinstate))
         .routes(routes!(super::ops::healthz))
         .routes(routes!(super::ops::readyz))
         .routes(routes!(super::ops::metrics))

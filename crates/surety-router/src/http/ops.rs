@@ -11,10 +11,12 @@ use serde_json::Value;
 use surety_config::Facade;
 
 use super::error::ApiError;
-use super::extract::Caller;
-use super::responses::{Limited, Unauthorized, Unavailable};
+use super::error::Problem;
+use super::extract::{Caller, JsonObject, PathParams};
+use super::responses::{HeadersTooLarge, Limited, NotJson, TooLarge, Unauthorized, Unavailable};
 use super::views::{
-    CertificationView, DriftView, ProviderList, ProviderView, Readiness, RouteView,
+    CertificationView, DriftView, ProblemView, ProviderList, ProviderView, Readiness, Reinstate,
+    RouteView,
 };
 use crate::state::AppState;
 
@@ -24,6 +26,54 @@ pub(super) async fn providers(
     State(state): State<AppState>,
     _caller: Caller,
 ) -> Result<Json<ProviderList>, ApiError> {
+    Ok(Json(provider_list(&state).await?))
+}
+
+/// The longest reason an admin may record for a reinstate.
+const MAX_REINSTATE_REASON: usize = 500;
+
+/// Lifts the router's demotion of a provider for a contract (admin keys
+/// only), recorded with who and why; the provider is eligible again as far
+/// as its certification goes, and the next live checks judge it afresh.
+#[utoipa::path(post, path = "/v1/providers/{provider}/contracts/{contract}/reinstate", tag = "providers",
+    params(("provider" = String, Path, description = "The provider's id"), ("contract" = String, Path, description = "The contract's id")),
+    request_body(content = Reinstate, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Reinstated: the providers as they are now", body = ProviderList),
+        (status = 400, description = "A body that is not a reason", body = ProblemView, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin key", body = ProblemView, content_type = "application/problem+json"),
+        (status = 404, description = "The provider is not demoted for the contract", body = ProblemView, content_type = "application/problem+json"),
+        Unauthorized, Limited, TooLarge, NotJson, HeadersTooLarge, Unavailable))]
+pub(super) async fn reinstate(
+    State(state): State<AppState>,
+    Caller(key, _admitted): Caller,
+    PathParams((provider, contract)): PathParams<(String, String)>,
+    JsonObject(body): JsonObject<Reinstate>,
+) -> Result<Json<ProviderList>, ApiError> {
+    if !key.admin {
+        return Err(ApiError::new(
+            Problem::Forbidden,
+            "reinstating a demoted provider needs an admin key",
+        ));
+    }
+    let reason = body.reason.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REINSTATE_REASON {
+        return Err(ApiError::new(
+            Problem::MalformedBody,
+            format!("`reason` says why, in 1 to {MAX_REINSTATE_REASON} characters"),
+        ));
+    }
+    let lift = surety_store::Lift::Admin {
+        by: format!("an admin of {}", key.owner),
+        why: reason.to_owned(),
+    };
+    if !state.inner.store.lift(&provider, &contract, &lift).await? {
+        return Err(ApiError::new(
+            Problem::NotFound,
+            format!("`{provider}` is not demoted for `{contract}`"),
+        ));
+    }
+    tracing::warn!(%provider, %contract, owner = %key.owner, %reason, "reinstated by an admin");
     Ok(Json(provider_list(&state).await?))
 }
 

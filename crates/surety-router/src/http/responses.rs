@@ -36,4 +36,7 @@ responses! {
     Unavailable: 503, "The database is unavailable: nothing was recorded; send the same request again after Retry-After";
     Uncertified / OpenAiUncertified: 503, "No provider of the route is certified for its contract now; or the database is unavailable: nothing was recorded; send the same request again after Retry-After";
     Full / OpenAiFull: 507, "The database is full: nothing was recorded; send the same request again after Retry-After";
+    TooLarge: 413, "The body is too large";
+    NotJson: 415, "The body is not application/json";
+    HeadersTooLarge: 431, "The headers are too large";
 }

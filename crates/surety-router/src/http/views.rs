@@ -8,6 +8,15 @@ use serde_json::Value;
 use surety_store::{Attempt, Job, Slot};
 use utoipa::ToSchema;
 
+/// `POST /v1/providers/{provider}/contracts/{contract}/reinstate`: why an
+/// admin lifts a demotion (recorded with who and when).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reinstate {
+    /// In words, for the record (at most 500 characters).
+    pub reason: String,
+}
+
 /// `POST /v1/jobs`: what the owner wants done.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
