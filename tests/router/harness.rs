@@ -206,6 +206,20 @@ impl Router {
         }
     }
 
+    /// A router with `routes`, its `providers` each certified for
+    /// language-detect.
+    pub async fn certifying(
+        db: &TestDb,
+        providers: &[(&str, &FakeProvider)],
+        routes: &str,
+    ) -> Router {
+        let certified: Vec<(&str, &FakeProvider, &str)> = providers
+            .iter()
+            .map(|(id, fake)| (*id, *fake, "language-detect"))
+            .collect();
+        Router::start(db, providers, routes, &manifest(&certified), "").await
+    }
+
     /// A router with one route, `language`, to `fake`, certified for it.
     pub async fn one_route(db: &TestDb, fake: &FakeProvider, server: &str) -> Router {
         let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";

@@ -54,18 +54,8 @@ pub async fn a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_n
     db: &TestDb,
 ) {
     let (primary, fallback) = primary_and_a_fallback_that_breaks_on_real_inputs().await;
-    let certified = manifest(&[
-        ("fake-a", &primary, "language-detect"),
-        ("fake-b", &fallback, "language-detect"),
-    ]);
-    let router = Router::start(
-        db,
-        &[("fake-a", &primary), ("fake-b", &fallback)],
-        SHADOWED,
-        &certified,
-        "",
-    )
-    .await;
+    let providers = [("fake-a", &primary), ("fake-b", &fallback)];
+    let router = Router::certifying(db, &providers, SHADOWED).await;
     // Real traffic, through the primary: its answer is the job's.
     let text = "Hello, could you move my delivery to next Tuesday?";
     let (_, _, job) = router.create(ACME, "live-1", &detect(text), Some(10)).await;
@@ -160,18 +150,8 @@ pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb)
     let fallback = FakeProvider::start(language_script()).await.unwrap();
     let route =
         "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n";
-    let certified = manifest(&[
-        ("fake-a", &primary, "language-detect"),
-        ("fake-b", &fallback, "language-detect"),
-    ]);
-    let router = Router::start(
-        db,
-        &[("fake-a", &primary), ("fake-b", &fallback)],
-        route,
-        &certified,
-        "",
-    )
-    .await;
+    let providers = [("fake-a", &primary), ("fake-b", &fallback)];
+    let router = Router::certifying(db, &providers, route).await;
     let input = detect("Hello there");
     let create = router.create(ACME, "mid-1", &input, Some(10));
     let demote = async {
@@ -217,18 +197,8 @@ async fn shadowing_a_contract_with_side_effects_is_refused() {
 
 pub async fn an_admin_reinstates_a_demoted_provider_and_only_an_admin(db: &TestDb) {
     let (primary, fallback) = primary_and_a_fallback_that_breaks_on_real_inputs().await;
-    let certified = manifest(&[
-        ("fake-a", &primary, "language-detect"),
-        ("fake-b", &fallback, "language-detect"),
-    ]);
-    let router = Router::start(
-        db,
-        &[("fake-a", &primary), ("fake-b", &fallback)],
-        SHADOWED,
-        &certified,
-        "",
-    )
-    .await;
+    let providers = [("fake-a", &primary), ("fake-b", &fallback)];
+    let router = Router::certifying(db, &providers, SHADOWED).await;
     let why = "demoted: 2 of the last 50 live checks broke the contract — decided by a test";
     let store = &router.state.inner.store;
     assert!(

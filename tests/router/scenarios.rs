@@ -764,6 +764,7 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
             "/v1/jobs/{id}/retry",
             "/v1/models",
             "/v1/providers",
+            "/v1/providers/{provider}/contracts/{contract}/reinstate",
         ]
     );
     for (path, operations) in paths {

@@ -556,13 +556,12 @@ impl Store {
         contract: &str,
         n: u32,
     ) -> Result<Vec<LiveResult>, StoreError> {
-        on_engine!(self, read, |c, sql| trust::live_window(
-            c,
-            sql,
+        let query = trust::LiveQuery::Window {
             provider,
             contract,
-            i64::from(n)
-        ))
+            n: i64::from(n),
+        };
+        on_engine!(self, read, |c, sql| trust::live(c, sql, &query))
     }
 
     /// Route `route`'s live results since `since_ms` (on the database's
@@ -574,9 +573,12 @@ impl Store {
         since_ms: i64,
         outcome: Option<LiveOutcome>,
     ) -> Result<Vec<LiveResult>, StoreError> {
-        on_engine!(self, read, |c, sql| trust::live_results(
-            c, sql, route, since_ms, outcome
-        ))
+        let query = trust::LiveQuery::Route {
+            route,
+            since_ms,
+            outcome,
+        };
+        on_engine!(self, read, |c, sql| trust::live(c, sql, &query))
     }
 
     /// Demotes `provider` for `contract` for `reason`, unless it is demoted

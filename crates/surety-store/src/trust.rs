@@ -81,42 +81,49 @@ fn live_from(row: &Values) -> Result<LiveResult, StoreError> {
     })
 }
 
-/// The newest `n` live results of `provider` on `contract`, newest first.
-pub(crate) async fn live_window<C: Conn>(
-    c: &mut C,
-    sql: &Sql,
-    provider: &str,
-    contract: &str,
-    n: i64,
-) -> Result<Vec<LiveResult>, StoreError> {
-    c.rows(
-        &sql.select_live_window,
-        &[Text(provider), Text(contract), Int(n)],
-    )
-    .await?
-    .iter()
-    .map(live_from)
-    .collect()
+/// Which live results to read.
+pub(crate) enum LiveQuery<'a> {
+    /// The newest `n` of `provider` on `contract`, newest first.
+    Window {
+        provider: &'a str,
+        contract: &'a str,
+        n: i64,
+    },
+    /// Route `route`'s since `since_ms` with `outcome` (with `None`: those
+    /// that broke the contract or disagreed), oldest first.
+    Route {
+        route: &'a str,
+        since_ms: i64,
+        outcome: Option<LiveOutcome>,
+    },
 }
 
-/// Route `route`'s live results since `since_ms` with `outcome` (with
-/// `None`: those that broke the contract or disagreed), oldest first.
-pub(crate) async fn live_results<C: Conn>(
+/// The live results `query` names.
+pub(crate) async fn live<C: Conn>(
     c: &mut C,
     sql: &Sql,
-    route: &str,
-    since_ms: i64,
-    outcome: Option<LiveOutcome>,
+    query: &LiveQuery<'_>,
 ) -> Result<Vec<LiveResult>, StoreError> {
-    let outcome = outcome.map_or("", LiveOutcome::as_str);
-    c.rows(
-        &sql.select_live_results,
-        &[Text(route), Int(since_ms), Text(outcome)],
-    )
-    .await?
-    .iter()
-    .map(live_from)
-    .collect()
+    let rows = match *query {
+        LiveQuery::Window {
+            provider,
+            contract,
+            n,
+        } => {
+            let params = [Text(provider), Text(contract), Int(n)];
+            c.rows(&sql.select_live_window, &params).await?
+        }
+        LiveQuery::Route {
+            route,
+            since_ms,
+            outcome,
+        } => {
+            let outcome = outcome.map_or("", LiveOutcome::as_str);
+            let params = [Text(route), Int(since_ms), Text(outcome)];
+            c.rows(&sql.select_live_results, &params).await?
+        }
+    };
+    rows.iter().map(live_from).collect()
 }
 
 /// Demotes `provider` for `contract` for `reason`, unless it is demoted
