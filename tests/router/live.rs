@@ -240,3 +240,56 @@ pub async fn an_admin_reinstates_a_demoted_provider_and_only_an_admin(db: &TestD
     let (code, problem) = reinstate(ACME_ADMIN, json!({"reason": "again"})).await;
     assert_eq!(code, 404, "{problem}");
 }
+
+pub async fn a_provider_that_regresses_on_its_cases_is_demoted_by_a_recheck_before_a_job_reaches_it(
+    db: &TestDb,
+) {
+    let primary = FakeProvider::start(language_script()).await.unwrap();
+    let fallback = FakeProvider::start(language_script()).await.unwrap();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n\
+         recheck_every_ms = 200\n[routes.language.shadow]\nsampling = 0.0\nhourly_budget = 1000\n";
+    let providers = [("fake-a", &primary), ("fake-b", &fallback)];
+    let router = Router::certifying(db, &providers, route).await;
+    // After certifying, the fallback changes behind its stable model id.
+    fallback.set_script(Script::always(Behavior::Reply(
+        json!({"language": "dutch"}).to_string(),
+    )));
+    let demotions = &router.state.inner.metrics.demotions;
+    let demoted = || {
+        demotions
+            .with_label_values(&["fake-b", "language-detect"])
+            .get()
+    };
+    assert!(
+        until(async || demoted() == 1).await,
+        "a re-check demotes the fallback"
+    );
+    let (code, reason) = status(&router, "fake-b").await;
+    assert_eq!(code, "demoted", "{reason}");
+    assert!(
+        reason.contains("scheduled re-check") && reason.contains("case `"),
+        "{reason}"
+    );
+    assert_eq!(
+        status(&router, "fake-a").await.0,
+        "certified",
+        "the primary keeps its cases"
+    );
+    // No user's job reaches the demoted fallback.
+    let before = fallback.calls();
+    primary.set_script(Script::always(server_error()));
+    let (_, _, job) = router
+        .create(ACME, "regressed-1", &detect("Hello there"), Some(10))
+        .await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job}");
+    let attempts_at_fallback = fallback
+        .calls_by_key()
+        .keys()
+        .filter(|k| !k.starts_with("surety-recheck-"))
+        .count();
+    assert_eq!(
+        attempts_at_fallback, 0,
+        "only re-checks called it ({before} then)"
+    );
+}

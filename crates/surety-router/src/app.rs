@@ -83,6 +83,8 @@ impl AppState {
             loop {
                 tick.tick().await;
                 state.inner.manifest.reload_if_changed();
+                // Scheduled re-checks, one (provider, case) pair at a time.
+                crate::live::recheck_due(&state);
                 n += 1;
                 if n.is_multiple_of(4) {
                     // A certification newer than a demotion lifts it: recorded here.

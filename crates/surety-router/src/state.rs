@@ -13,7 +13,7 @@ use surety_store::{Store, StoreOptions};
 use crate::auth::{Failures, Sessions};
 use crate::certification::{Certifier, Drift, ManifestHolder, ServedContract, ServedProvider};
 use crate::config::{ApiKey, Route, RouterConfig, Settings};
-use crate::live::budget::Budgets;
+use crate::live::budget::{Budgets, Rechecks};
 use crate::metrics::Metrics;
 use crate::settled::Settled;
 
@@ -54,6 +54,8 @@ pub struct Inner {
     pub failures: Failures,
     /// Each route's budget for its shadow checks and re-checks.
     pub budgets: Budgets,
+    /// When each route's next scheduled re-check is due.
+    pub rechecks: Rechecks,
 }
 
 impl Inner {
@@ -224,6 +226,7 @@ impl AppState {
                 sessions: Sessions::new(config.operator_session),
                 failures: Failures::new(config.max_failed_auth),
                 budgets: Budgets::default(),
+                rechecks: Rechecks::default(),
             }),
         })
     }

@@ -59,3 +59,34 @@ impl Budgets {
             .map_or(0, |b| b.used)
     }
 }
+
+/// When each route's next scheduled re-check is due, and which of its
+/// (provider, case) pairs it is: the pairs are spread over the route's
+/// interval, one at a time.
+#[derive(Debug, Default)]
+pub struct Rechecks {
+    routes: Mutex<HashMap<String, (Instant, usize)>>,
+}
+
+impl Rechecks {
+    /// The pair due now for `route`, if one is (its place in `0..pairs`),
+    /// and schedules the next one `every / pairs` later.
+    pub fn due(&self, route: &str, every: Duration, pairs: usize) -> Option<usize> {
+        if pairs == 0 {
+            return None;
+        }
+        let mut routes = self
+            .routes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        let (next, slot) = routes.entry(route.to_owned()).or_insert((now, 0));
+        if now < *next {
+            return None;
+        }
+        let due = *slot % pairs;
+        let gap = every / u32::try_from(pairs).unwrap_or(u32::MAX);
+        (*next, *slot) = (now + gap, due + 1);
+        Some(due)
+    }
+}

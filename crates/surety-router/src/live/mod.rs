@@ -168,6 +168,112 @@ fn seen(outcome: LiveOutcome) -> Seen {
     }
 }
 
+/// The scheduled re-checks due now: for each route with `recheck_every`,
+/// at most one (provider, certification case) pair per call, spread over
+/// the interval, within the route's budget, on the task tracker. Called
+/// from the background loop.
+pub fn recheck_due(state: &AppState) {
+    for route in state.inner.routes.values() {
+        let (Some(every), Some(shadow)) = (route.recheck_every, route.shadow.as_ref()) else {
+            continue;
+        };
+        let Some(served) = state.inner.contracts.get(&route.contract) else {
+            continue;
+        };
+        let cases = served.contract.cases.len();
+        let pairs = route.providers.len() * cases;
+        let Some(slot) = state.inner.rechecks.due(&route.id, every, pairs) else {
+            continue;
+        };
+        let (provider, case) = (route.providers[slot / cases].clone(), slot % cases);
+        let Some(in_flight) = state.inner.budgets.take(&route.id, shadow) else {
+            state
+                .inner
+                .metrics
+                .live_budget_exhausted
+                .with_label_values(&[&route.id])
+                .inc();
+            continue;
+        };
+        let (state_now, route, served) = (state.clone(), route.clone(), served.clone());
+        let timeout = shadow.timeout;
+        state.inner.tasks.spawn(async move {
+            let Ok(_permit) = in_flight.acquire_owned().await else {
+                return;
+            };
+            recheck(&state_now, &route, &served, &provider, case, timeout).await;
+        });
+    }
+}
+
+/// Runs certification case `case` of the route's contract through
+/// `provider`, if it is eligible now, and records what it found.
+async fn recheck(
+    state: &AppState,
+    route: &Route,
+    served: &Arc<ServedContract>,
+    provider: &str,
+    case: usize,
+    timeout: Duration,
+) {
+    let eligible = match state.inner.certifier().await {
+        Ok(certifier) => certifier.eligibility(provider, served).0.certified(),
+        Err(_) => false,
+    };
+    let contract = &served.contract;
+    let (Some(case), true) = (contract.cases.get(case), eligible) else {
+        return;
+    };
+    let Ok(rendered) = contract.render(&case.input) else {
+        return;
+    };
+    let messages = surety_exchange::messages(&rendered);
+    let key = format!("surety-recheck-{}-{provider}-{}", route.id, case.name);
+    let job = Succeeded {
+        route: route.clone(),
+        served: served.clone(),
+        job_id: JobId(String::new()),
+        winner: String::new(),
+        messages,
+        answer: Value::Null,
+    };
+    let (mut outcome, mut detail, answer) = ask(state, &job, provider, &key, timeout).await;
+    // A case's facts are part of its contract; agreement is a shadow call's question.
+    if outcome == LiveOutcome::Disagreed {
+        (outcome, detail) = (LiveOutcome::Kept, "kept the contract".to_owned());
+    }
+    if outcome == LiveOutcome::Kept
+        && let Some(answer) = &answer
+    {
+        let wrong = contract.check_facts(case, answer);
+        if !wrong.is_empty() {
+            outcome = LiveOutcome::Broke;
+            detail = format!(
+                "case `{}`: {}",
+                case.name,
+                surety_exchange::describe_all(&wrong)
+            );
+        }
+    } else if outcome == LiveOutcome::Broke {
+        detail = format!("case `{}`: {detail}", case.name);
+    }
+    let result = LiveResult {
+        provider: provider.to_owned(),
+        contract: contract.id.clone(),
+        route: route.id.clone(),
+        source: LiveSource::Recheck,
+        outcome,
+        detail,
+        job_id: None,
+        case_name: Some(case.name.clone()),
+        input: case.input.clone(),
+        expected: serde_json::to_value(&case.expect).ok(),
+        answer,
+        at_ms: 0,
+    };
+    record(state, served, result).await;
+}
+
 /// Records `result`, and demotes its provider for the contract when the
 /// contract's thresholds say so.
 pub async fn record(state: &AppState, served: &ServedContract, result: LiveResult) {
