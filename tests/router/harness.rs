@@ -99,6 +99,8 @@ pub fn manifest(certified: &[(&str, &FakeProvider, &str)]) -> Manifest {
 pub struct Router {
     pub base: String,
     pub state: AppState,
+    /// The configuration it was started with.
+    pub config: RouterConfig,
     pub client: reqwest::Client,
     pub dir: tempfile::TempDir,
     server: tokio::task::JoinHandle<()>,
@@ -199,6 +201,7 @@ impl Router {
         Router {
             base,
             state,
+            config,
             client: reqwest::Client::new(),
             dir,
             server,

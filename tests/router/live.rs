@@ -82,6 +82,35 @@ pub async fn a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_n
     );
     assert_eq!(status(&router, "fake-a").await.0, "certified");
     assert!(router.metric("surety_demotions_total").await >= 1.0);
+    // `surety cases export`: the input that broke the contract, as a case
+    // the contract loads, expecting the job's answer on its agreement pointers.
+    let exported = surety_router::export_cases(&router.config, "language", 0, None)
+        .await
+        .unwrap();
+    assert!(exported.contains("From a shadow call of job"), "{exported}");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("language-detect");
+    std::fs::create_dir(&copy).unwrap();
+    let source = crate::harness::contracts_dir().join("language-detect");
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(copy.join("cases.toml"), &exported).unwrap();
+    let proposed = surety_contracts::Contract::load(&copy).unwrap();
+    assert_eq!(proposed.cases.len(), 1, "{exported}");
+    let case = &proposed.cases[0];
+    assert_eq!(case.input, json!({"text": text}));
+    assert!(
+        proposed
+            .check_facts(case, &json!({"language": "english"}))
+            .is_empty()
+    );
+    assert!(
+        !proposed
+            .check_facts(case, &json!({"language": "german"}))
+            .is_empty()
+    );
     // The job itself is untouched: the same answer, one attempt, and a replay says so.
     let (status_again, _, again) = router.create(ACME, "live-1", &detect(text), Some(10)).await;
     assert_eq!(status_again, 200, "a replay");

@@ -77,6 +77,31 @@ pub struct Case {
     pub expect: Vec<Expectation>,
 }
 
+/// `cases` as `cases.toml` has them, each after its comment lines (where
+/// it came from): what `surety cases export` proposes, for a person to
+/// review and merge.
+pub fn cases_toml(cases: &[(String, Case)]) -> Result<String, ContractError> {
+    let mut out = String::new();
+    for (comment, case) in cases {
+        #[derive(Serialize)]
+        struct One<'a> {
+            case: [&'a Case; 1],
+        }
+        let text = toml::to_string(&One { case: [case] }).map_err(|e| ContractError::Invalid {
+            path: format!("case `{}`", case.name),
+            message: e.to_string(),
+        })?;
+        for line in comment.lines() {
+            out.push_str("# ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str(&text);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
 /// A rendered prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Rendered {

@@ -29,6 +29,38 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
     },
+    /// Contract cases from production, for a person to review.
+    Cases {
+        #[command(subcommand)]
+        command: CasesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CasesCommand {
+    /// Write the inputs on which a route's fallbacks broke the contract or
+    /// disagreed as proposed cases (`cases.toml`'s format).
+    Export {
+        #[arg(long, default_value = "surety.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        route: String,
+        /// Only results recorded since this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only `broke` or only `disagreed` (default: both).
+        #[arg(long, value_enum)]
+        outcome: Option<Outcome>,
+        /// The file to write (default: standard output).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Outcome {
+    Broke,
+    Disagreed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -37,9 +69,62 @@ enum LogFormat {
     Json,
 }
 
+fn read_config(path: &PathBuf) -> Result<RouterConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    RouterConfig::from_toml(&text).with_context(|| format!("in {}", path.display()))
+}
+
+/// `surety cases export`.
+async fn export(
+    config: &PathBuf,
+    route: &str,
+    since: Option<&str>,
+    outcome: Option<Outcome>,
+    out: Option<&PathBuf>,
+) -> Result<()> {
+    let config = read_config(config)?;
+    let since_ms = match since {
+        None => 0,
+        Some(text) => {
+            let at = surety_manifest::parse_time(text)
+                .with_context(|| format!("`--since {text}` is not an RFC 3339 time"))?;
+            i64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
+        }
+    };
+    let outcome = outcome.map(|o| match o {
+        Outcome::Broke => surety_store::LiveOutcome::Broke,
+        Outcome::Disagreed => surety_store::LiveOutcome::Disagreed,
+    });
+    let cases = surety_router::export_cases(&config, route, since_ms, outcome).await?;
+    match out {
+        Some(path) => {
+            std::fs::write(path, cases).with_context(|| format!("writing {}", path.display()))
+        }
+        None => {
+            use std::io::Write;
+            std::io::stdout()
+                .write_all(cases.as_bytes())
+                .context("writing the cases")
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
-    let Command::Serve { config, log_format } = Cli::parse().command;
+    let (config, log_format) = match Cli::parse().command {
+        Command::Serve { config, log_format } => (config, log_format),
+        Command::Cases {
+            command:
+                CasesCommand::Export {
+                    config,
+                    route,
+                    since,
+                    outcome,
+                    out,
+                },
+        } => return export(&config, &route, since.as_deref(), outcome, out.as_ref()).await,
+    };
     let filter =
         || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     match log_format {
@@ -56,10 +141,7 @@ async fn main() -> Result<()> {
             .with_writer(std::io::stderr)
             .init(),
     }
-    let text = std::fs::read_to_string(&config)
-        .with_context(|| format!("reading {}", config.display()))?;
-    let config =
-        RouterConfig::from_toml(&text).with_context(|| format!("in {}", config.display()))?;
+    let config = read_config(&config)?;
     let state = AppState::from_config(&config).await?;
     let background = state.spawn_background();
     let listener = tokio::net::TcpListener::bind(config.listen)

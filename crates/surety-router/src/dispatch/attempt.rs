@@ -356,6 +356,7 @@ pub(super) async fn record(
                         job_id: handle.job_id.clone(),
                         winner: handle.provider.clone(),
                         messages: messages.clone(),
+                        input: job.input,
                         answer,
                     },
                 );

@@ -35,6 +35,8 @@ pub struct Succeeded {
     /// The provider whose answer won: it is not shadowed.
     pub winner: String,
     pub messages: Vec<Message>,
+    /// The job's input (what `surety cases export` proposes as a case's).
+    pub input: Value,
     pub answer: Value,
 }
 
@@ -97,7 +99,7 @@ async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
             detail,
             job_id: Some(job.job_id.clone()),
             case_name: None,
-            input: serde_json::to_value(&job.messages).unwrap_or(Value::Null),
+            input: job.input.clone(),
             expected: Some(job.served.contract.live.agreed_fields(&job.answer)),
             answer,
             at_ms: 0,
@@ -235,6 +237,7 @@ async fn recheck(
         job_id: JobId(String::new()),
         winner: String::new(),
         messages,
+        input: case.input.clone(),
         answer: Value::Null,
     };
     let (mut outcome, mut detail, answer) = ask(state, &job, provider, &key, timeout).await;
@@ -347,4 +350,81 @@ pub async fn lift_certified(state: &AppState) {
             tracing::warn!(error = %e, "a lifted demotion could not be recorded");
         }
     }
+}
+
+/// `surety cases export`: the inputs of route `route` on which a fallback
+/// broke the contract or disagreed (or only `outcome`), since `since_ms`,
+/// as proposed cases of its contract in `cases.toml`'s format, each saying
+/// where and when it came from; the job's answer on the agreement pointers
+/// is the proposed `expect`. For a person to review and merge into the
+/// contract: the router never writes into `contracts/`.
+pub async fn export_cases(
+    config: &crate::config::RouterConfig,
+    route: &str,
+    since_ms: i64,
+    outcome: Option<LiveOutcome>,
+) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let found = config
+        .routes
+        .get(route)
+        .with_context(|| format!("no route `{route}` in the configuration"))?;
+    let contract = surety_contracts::Contract::load(&config.contracts.join(&found.contract))
+        .with_context(|| format!("loading contract `{}`", found.contract))?;
+    let mut options = surety_store::StoreOptions::new(&config.database);
+    options.acquire_timeout = config.settings.database_timeout;
+    let store = surety_store::Store::open_with(&options)
+        .await
+        .context("opening the database")?;
+    let results = store.live_results(route, since_ms, outcome).await?;
+    let mut cases = Vec::new();
+    for r in results.iter().filter(|r| r.source == LiveSource::Shadow) {
+        // Only an input the contract renders is a case (an output-only
+        // chat job's input is a whole request).
+        if contract.render(&r.input).is_err() {
+            continue;
+        }
+        let expect = r
+            .expected
+            .as_ref()
+            .and_then(Value::as_object)
+            .map(|fields| {
+                fields
+                    .iter()
+                    .map(|(pointer, value)| surety_contracts::Expectation {
+                        pointer: pointer.clone(),
+                        equals: Some(value.clone()),
+                        one_of: None,
+                        contains: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let job = r.job_id.as_ref().map_or("?", |j| j.0.as_str());
+        let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(r.at_ms) * 1_000_000)
+            .map(surety_manifest::now_rfc3339)
+            .unwrap_or_default();
+        let comment = format!(
+            "From a shadow call of job {job} at provider `{}`, {at}: {} — {}\nThe expected facts are the job's answer on the agreement pointers: check them before merging.",
+            r.provider,
+            r.outcome.as_str(),
+            r.detail
+        );
+        let name = format!("live-{}-{}", r.provider, cases.len() + 1);
+        cases.push((
+            comment,
+            surety_contracts::Case {
+                name,
+                input: r.input.clone(),
+                expect,
+            },
+        ));
+    }
+    let head = format!(
+        "# Proposed cases for contract `{}` from route `{route}`'s live checks ({} of them), by `surety cases export`.\n# Review each, then merge into {}/cases.toml; certification covers them from then on.\n\n",
+        contract.id,
+        cases.len(),
+        contract.dir.display()
+    );
+    Ok(head + &surety_contracts::cases_toml(&cases)?)
 }
