@@ -314,13 +314,24 @@ impl Router {
         api_key: &str,
         path: &str,
     ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
-        let response = self
+        self.post_json(api_key, path, None).await
+    }
+
+    /// `POST path` with `body` as JSON, if any.
+    pub async fn post_json(
+        &self,
+        api_key: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = self
             .client
             .post(format!("{}{path}", self.base))
-            .bearer_auth(api_key)
-            .send()
-            .await
-            .unwrap();
+            .bearer_auth(api_key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
         let (status, headers) = (response.status(), response.headers().clone());
         (
             status,
@@ -355,6 +366,16 @@ impl Router {
             .unwrap();
         surety_tests::metric_value(&text, name)
     }
+}
+
+/// The providers a job's attempts went to, in order.
+pub fn providers_tried(job: &Value) -> Vec<&str> {
+    job["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["provider"].as_str().unwrap())
+        .collect()
 }
 
 pub fn detect(text: &str) -> Value {

@@ -9,7 +9,8 @@ use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
 use surety_tests::TestDb;
 
 use crate::harness::{
-    ACME, ACME_ADMIN, Router, detect, language_script, language_script_else, manifest, until,
+    ACME, ACME_ADMIN, Router, detect, language_script, language_script_else, manifest,
+    providers_tried, until,
 };
 
 const SHADOWED: &str = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n\
@@ -32,6 +33,18 @@ fn server_error() -> Behavior {
         body: json!({"error": {"message": "the primary is down"}}),
         retry_after: None,
     }
+}
+
+/// Whether this router demotes `provider` for language-detect, waiting
+/// for its live checks (on the counter they bump when they do).
+async fn demoted(router: &Router, provider: &str) -> bool {
+    let demotions = &router.state.inner.metrics.demotions;
+    let counted = || {
+        demotions
+            .with_label_values(&[provider, "language-detect"])
+            .get()
+    };
+    until(async || counted() == 1).await
 }
 
 /// `provider`'s certification status for language-detect, as `/v1/providers` says.
@@ -62,16 +75,7 @@ pub async fn a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_n
     assert_eq!(job["state"], "succeeded", "{job}");
     assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{job}");
     // The shadow call, off the request path: the fallback breaks the contract, and is demoted.
-    let demotions = &router.state.inner.metrics.demotions;
-    let demoted = || {
-        demotions
-            .with_label_values(&["fake-b", "language-detect"])
-            .get()
-    };
-    assert!(
-        until(async || demoted() == 1).await,
-        "the fallback is demoted"
-    );
+    assert!(demoted(&router, "fake-b").await, "the fallback is demoted");
     assert_eq!(fallback.calls(), 1, "one shadow call, never an attempt");
     let (code, reason) = status(&router, "fake-b").await;
     assert_eq!(code, "demoted", "{reason}");
@@ -127,14 +131,8 @@ pub async fn a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_n
         )
         .await;
     assert_eq!(failed["state"], "failed", "{failed}");
-    let providers: Vec<&str> = failed["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["provider"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        providers,
+        providers_tried(&failed),
         ["fake-a"],
         "no attempt at the demoted fallback: {failed}"
     );
@@ -157,13 +155,7 @@ pub async fn a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_n
     // again by the next shadow check).
     let input = detect("Hola, mi pedido no ha llegado.");
     let (_, _, retried) = router.create(ACME, "live-3", &input, Some(10)).await;
-    let providers: Vec<&str> = retried["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["provider"].as_str().unwrap())
-        .collect();
-    assert_eq!(providers, ["fake-a", "fake-b"], "{retried}");
+    assert_eq!(providers_tried(&retried), ["fake-a", "fake-b"], "{retried}");
 }
 
 pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb) {
@@ -242,16 +234,8 @@ pub async fn an_admin_reinstates_a_demoted_provider_and_only_an_admin(db: &TestD
     );
     let path = "/v1/providers/fake-b/contracts/language-detect/reinstate";
     let reinstate = async |key: &str, body: Value| {
-        let response = router
-            .client
-            .post(format!("{}{path}", router.base))
-            .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let code = response.status().as_u16();
-        (code, response.json::<Value>().await.unwrap_or(Value::Null))
+        let (code, _, answer) = router.post_json(key, path, Some(&body)).await;
+        (code.as_u16(), answer)
     };
     assert_eq!(reinstate(ACME, json!({"reason": "trust me"})).await.0, 403);
     assert_eq!(reinstate(ACME_ADMIN, json!({"reason": " "})).await.0, 400);
@@ -283,14 +267,8 @@ pub async fn a_provider_that_regresses_on_its_cases_is_demoted_by_a_recheck_befo
     fallback.set_script(Script::always(Behavior::Reply(
         json!({"language": "dutch"}).to_string(),
     )));
-    let demotions = &router.state.inner.metrics.demotions;
-    let demoted = || {
-        demotions
-            .with_label_values(&["fake-b", "language-detect"])
-            .get()
-    };
     assert!(
-        until(async || demoted() == 1).await,
+        demoted(&router, "fake-b").await,
         "a re-check demotes the fallback"
     );
     let (code, reason) = status(&router, "fake-b").await;

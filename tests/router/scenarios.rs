@@ -9,6 +9,7 @@ use surety_tests::TestDb;
 
 use crate::harness::{
     ACME, ACME_ADMIN, GLOBEX, Router, answering_after, detect, language_script, manifest,
+    providers_tried,
 };
 
 const LANGUAGE: &str =
@@ -280,14 +281,8 @@ pub async fn failover_skips_uncertified_stale_and_expired_providers(db: &TestDb)
         .await;
     assert_eq!(job["state"], "succeeded", "{job}");
     assert_eq!(job["result"], json!({"language": "portuguese"}));
-    let providers_tried: Vec<&str> = job["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["provider"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        providers_tried,
+        providers_tried(&job),
         ["rejects", "good"],
         "a definite failure moves on; ineligible providers are never tried"
     );
@@ -1013,13 +1008,7 @@ pub async fn a_certificate_that_lapses_mid_job_is_not_failed_over_to(db: &TestDb
     .unwrap();
     let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
     assert_eq!(job["state"], "succeeded", "{job}");
-    let tried: Vec<&str> = job["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["provider"].as_str().unwrap())
-        .collect();
-    assert_eq!(tried, ["first", "third"], "{job}");
+    assert_eq!(providers_tried(&job), ["first", "third"], "{job}");
     assert_eq!(
         fakes[1].calls(),
         0,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use surety_exchange::pinning::UserTemplate;
-use surety_store::{Store, StoreOptions};
+use surety_store::Store;
 
 use crate::auth::{Failures, Sessions};
 use crate::certification::{Certifier, Drift, ManifestHolder, ServedContract, ServedProvider};
@@ -119,12 +119,7 @@ impl AppState {
     /// environment) and loads the manifest.
     pub async fn from_config(config: &RouterConfig) -> anyhow::Result<AppState> {
         use anyhow::Context;
-        let mut options = StoreOptions::new(&config.database);
-        options.max_connections = config.database_connections;
-        options.sqlite_synchronous = config.sqlite_synchronous;
-        options.sqlite_max_bytes = config.sqlite_max_bytes;
-        options.acquire_timeout = config.settings.database_timeout;
-        let store = Store::open_with(&options)
+        let store = Store::open_with(&config.store_options())
             .await
             .context("opening the database")?;
         // Attempts a dead router left behind become unknown before anything is served.

@@ -127,5 +127,18 @@ pub struct RouterConfig {
 }
 
 mod read;
+impl RouterConfig {
+    /// How the store is opened: the database, its pool, SQLite's sync
+    /// and size limit, and how long an operation waits for it.
+    pub fn store_options(&self) -> surety_store::StoreOptions {
+        let mut options = surety_store::StoreOptions::new(&self.database);
+        options.max_connections = self.database_connections;
+        options.sqlite_synchronous = self.sqlite_synchronous;
+        options.sqlite_max_bytes = self.sqlite_max_bytes;
+        options.acquire_timeout = self.settings.database_timeout;
+        options
+    }
+}
+
 #[cfg(test)]
 mod tests;

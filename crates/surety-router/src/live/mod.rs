@@ -89,7 +89,15 @@ async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
             return;
         };
         let key = format!("surety-shadow-{}-{provider}", job.job_id);
-        let (outcome, detail, answer) = ask(state, &job, &provider, &key, shadow.timeout).await;
+        let (outcome, detail, answer) = ask(
+            state,
+            &job.served,
+            &job.messages,
+            Some(&job.answer),
+            (&provider, &key),
+            shadow.timeout,
+        )
+        .await;
         let result = LiveResult {
             provider: provider.clone(),
             contract: job.served.contract.id.clone(),
@@ -108,33 +116,34 @@ async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
     }
 }
 
-/// Sends the job's certified request to `provider` and judges its answer:
-/// what was seen, in words, and the answer.
+/// Sends `messages` as the contract's certified request to `provider` and
+/// judges its answer by the harness's check and, given the job's answer
+/// (`agree_with`), on the agreement pointers: what was seen, in words, and
+/// the answer.
 async fn ask(
     state: &AppState,
-    job: &Succeeded,
-    provider: &str,
-    key: &str,
+    served: &ServedContract,
+    messages: &[Message],
+    agree_with: Option<&Value>,
+    (provider, key): (&str, &str),
     timeout: Duration,
 ) -> (LiveOutcome, String, Option<Value>) {
-    let Some(served) = state.inner.providers.get(provider) else {
+    let Some(adapter) = state.inner.providers.get(provider) else {
         return (
             LiveOutcome::Failed,
             format!("no provider `{provider}`"),
             None,
         );
     };
-    let contract = &job.served.contract;
-    let request = surety_exchange::request(
-        contract,
-        job.messages.clone(),
-        served.adapter.capabilities(),
-    );
+    let contract = &served.contract;
+    let request =
+        surety_exchange::request(contract, messages.to_vec(), adapter.adapter.capabilities());
     let call = CallContext {
         idempotency_key: key.to_owned(),
     };
     let metrics = &state.inner.metrics;
-    let response = match tokio::time::timeout(timeout, served.adapter.chat(&request, &call)).await {
+    let response = match tokio::time::timeout(timeout, adapter.adapter.chat(&request, &call)).await
+    {
         Err(_) => {
             let words = format!("no answer within {} ms", timeout.as_millis());
             return (LiveOutcome::Failed, words, None);
@@ -154,7 +163,8 @@ async fn ask(
     }
     let disagreement = answer
         .as_ref()
-        .and_then(|a| contract.live.disagreement(&job.answer, a));
+        .zip(agree_with)
+        .and_then(|(a, job)| contract.live.disagreement(job, a));
     match disagreement {
         Some(words) => (LiveOutcome::Disagreed, words, answer),
         None => (LiveOutcome::Kept, "kept the contract".to_owned(), answer),
@@ -231,20 +241,8 @@ async fn recheck(
     };
     let messages = surety_exchange::messages(&rendered);
     let key = format!("surety-recheck-{}-{provider}-{}", route.id, case.name);
-    let job = Succeeded {
-        route: route.clone(),
-        served: served.clone(),
-        job_id: JobId(String::new()),
-        winner: String::new(),
-        messages,
-        input: case.input.clone(),
-        answer: Value::Null,
-    };
-    let (mut outcome, mut detail, answer) = ask(state, &job, provider, &key, timeout).await;
-    // A case's facts are part of its contract; agreement is a shadow call's question.
-    if outcome == LiveOutcome::Disagreed {
-        (outcome, detail) = (LiveOutcome::Kept, "kept the contract".to_owned());
-    }
+    let (mut outcome, mut detail, answer) =
+        ask(state, served, &messages, None, (provider, &key), timeout).await;
     if outcome == LiveOutcome::Kept
         && let Some(answer) = &answer
     {
@@ -371,9 +369,7 @@ pub async fn export_cases(
         .with_context(|| format!("no route `{route}` in the configuration"))?;
     let contract = surety_contracts::Contract::load(&config.contracts.join(&found.contract))
         .with_context(|| format!("loading contract `{}`", found.contract))?;
-    let mut options = surety_store::StoreOptions::new(&config.database);
-    options.acquire_timeout = config.settings.database_timeout;
-    let store = surety_store::Store::open_with(&options)
+    let store = surety_store::Store::open_with(&config.store_options())
         .await
         .context("opening the database")?;
     let results = store.live_results(route, since_ms, outcome).await?;
