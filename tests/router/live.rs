@@ -156,6 +156,44 @@ pub async fn a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_n
     let input = detect("Hola, mi pedido no ha llegado.");
     let (_, _, retried) = router.create(ACME, "live-3", &input, Some(10)).await;
     assert_eq!(providers_tried(&retried), ["fake-a", "fake-b"], "{retried}");
+    // The harness certifies against the exported cases: a provider that
+    // answers as the primary did keeps them; one as the fallback did does not.
+    let as_primary = certify_against(language_script(), &proposed).await;
+    assert!(as_primary.certified, "{:?}", as_primary.failures());
+    let breaks = Behavior::Reply(json!({"language": "Englisch"}).to_string());
+    let as_fallback = certify_against(language_script_else(breaks), &proposed).await;
+    assert!(!as_fallback.certified);
+    let failures = as_fallback.failures();
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.case == "live-fake-b-1" && f.check == "schema"),
+        "the exported case and the check name what broke: {failures:?}"
+    );
+}
+
+/// A certification run of a fresh fake with `script` against `contract`
+/// (golden snapshots accepted in a directory of its own).
+async fn certify_against(
+    script: Script,
+    contract: &surety_contracts::Contract,
+) -> surety_harness::ContractResult {
+    let fake = FakeProvider::start(script).await.unwrap();
+    let config = crate::harness::provider_config("fake-x", &fake);
+    let golden = tempfile::tempdir().unwrap();
+    let certification = surety_harness::Certification {
+        provider: surety_providers::build_provider(&config).unwrap(),
+        config,
+        golden_root: golden.path().to_path_buf(),
+        accept: true,
+        retry: surety_harness::RetryBudget::default(),
+        on_sample: Box::new(|_, _| {}),
+    };
+    certification
+        .run(std::slice::from_ref(contract))
+        .await
+        .unwrap()
+        .remove(0)
 }
 
 pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb) {
@@ -299,4 +337,171 @@ pub async fn a_provider_that_regresses_on_its_cases_is_demoted_by_a_recheck_befo
         attempts_at_fallback, 0,
         "only re-checks called it ({before} then)"
     );
+}
+
+/// Jobs of the shadow-check storm, and the shadow calls' budget.
+const STORM_JOBS: usize = 1000;
+const STORM_BUDGET: u64 = 200;
+
+/// What a job is, less its ids and clocks: its state, answer, books and
+/// attempts (provider, state, hedge, error).
+fn shape(job: &Value) -> Value {
+    let mut job = job.clone();
+    let object = job.as_object_mut().unwrap();
+    object.remove("id");
+    object.remove("created_at_ms");
+    for attempt in object["attempts"].as_array_mut().unwrap() {
+        let attempt = attempt.as_object_mut().unwrap();
+        attempt.remove("started_at_ms");
+        attempt.remove("finished_at_ms");
+    }
+    job
+}
+
+/// `STORM_JOBS` jobs through a router with `route` on its own database,
+/// eight at a time, each created and then replayed; each job's shape and
+/// status, in order, with its replay's. Every tenth primary call fails, so
+/// those jobs fail over.
+async fn storm(
+    db: &TestDb,
+    providers: &[(&str, &FakeProvider)],
+    route: &str,
+) -> (Router, Vec<Value>) {
+    use futures_util::StreamExt;
+    let router = Router::certifying(db, providers, route).await;
+    let router_ref = &router;
+    let jobs = futures_util::stream::iter(0..STORM_JOBS)
+        .map(|i| async move {
+            let down = if i % 10 == 0 { " [down]" } else { "" };
+            let input = detect(&format!("Message {i}: where is my parcel?{down}"));
+            let key = format!("storm-{i}");
+            let (code, _, job) = router_ref.create(ACME, &key, &input, Some(10)).await;
+            let (replayed, _, replay) = router_ref.create(ACME, &key, &input, Some(10)).await;
+            assert_eq!(replay, job, "a replay is the job");
+            json!({"status": code.as_u16(), "replay": replayed.as_u16(), "job": shape(&job)})
+        })
+        .buffered(8)
+        .collect::<Vec<Value>>()
+        .await;
+    (router, jobs)
+}
+
+pub async fn shadow_checks_never_change_a_job(db: &TestDb) {
+    let down = When::PromptContains("[down]".to_owned());
+    let primary = FakeProvider::start(language_script().rule(down, server_error()))
+        .await
+        .unwrap();
+    let fallbacks = [
+        FakeProvider::start(language_script()).await.unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+    ];
+    let providers = [
+        ("fake-a", &primary),
+        ("fake-b", &fallbacks[0]),
+        ("fake-c", &fallbacks[1]),
+    ];
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\", \"fake-c\"]\n";
+    let (plain, without) = storm(db, &providers, route).await;
+    drop(plain);
+    let attempts_without: Vec<u64> = providers.iter().map(|(_, f)| f.calls()).collect();
+    // The same jobs on a database of their own, with every job sampled.
+    let other = TestDb::new(db.engine).await.unwrap();
+    let shadowed = format!(
+        "{route}[routes.language.shadow]\nsampling = 1.0\nhourly_budget = {STORM_BUDGET}\nmax_concurrent = 4\n"
+    );
+    let (router, with) = storm(&other, &providers, &shadowed).await;
+    let checks = async || router.metric("surety_live_checks_total").await;
+    assert!(
+        until(async || checks().await >= STORM_BUDGET as f64).await,
+        "the shadow calls are made"
+    );
+    // Every shadow call this router started ends before it is counted.
+    router.state.inner.tasks.close();
+    router.state.inner.tasks.wait().await;
+    for (i, (a, b)) in without.iter().zip(&with).enumerate() {
+        assert_eq!(a, b, "job {i} is not what it is without shadow checks");
+    }
+    assert_eq!(checks().await, STORM_BUDGET as f64, "exactly the budget");
+    let mut shadow_calls = 0;
+    for ((id, fake), before) in providers.iter().zip(&attempts_without) {
+        let keys = fake.calls_by_key();
+        let shadow: Vec<(&String, &u64)> = keys
+            .iter()
+            .filter(|(k, _)| k.starts_with("surety-shadow-"))
+            .collect();
+        for (key, calls) in &shadow {
+            assert_eq!(**calls, 1, "one shadow call per job at {id}: {key}");
+            assert!(key.ends_with(&format!("-{id}")), "{key}");
+        }
+        shadow_calls += shadow.len() as u64;
+        // What was not a shadow call is an attempt: as many as without them.
+        let attempts = fake.calls() - before - shadow.len() as u64;
+        assert_eq!(attempts, *before, "{id}: a shadow call is never an attempt");
+    }
+    assert_eq!(
+        shadow_calls, STORM_BUDGET,
+        "exactly the budget, and no more"
+    );
+    assert_eq!(
+        router.state.inner.budgets.used("language"),
+        STORM_BUDGET as u32
+    );
+    assert!(router.metric("surety_live_budget_exhausted_total").await >= 1.0);
+    assert!(
+        router
+            .state
+            .inner
+            .store
+            .demotions()
+            .await
+            .unwrap()
+            .is_empty(),
+        "the fallbacks keep the contract"
+    );
+}
+
+/// Two replicas on one PostgreSQL database: a demotion that one decides,
+/// the other honours at once (it reads the demotions at every decision),
+/// and an admin's reinstate on the other is seen by the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_demotion_decided_by_one_replica_is_honoured_by_the_other_at_once() {
+    let Some(db) = TestDb::new(surety_tests::Engine::Postgres).await else {
+        return;
+    };
+    let (primary, fallback) = primary_and_a_fallback_that_breaks_on_real_inputs().await;
+    let providers = [("fake-a", &primary), ("fake-b", &fallback)];
+    let deciding = Router::certifying(&db, &providers, SHADOWED).await;
+    let other = Router::certifying(&db, &providers, SHADOWED).await;
+    let (_, _, job) = deciding
+        .create(
+            ACME,
+            "replica-1",
+            &detect("Hello, where is my parcel?"),
+            Some(10),
+        )
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert!(demoted(&deciding, "fake-b").await, "one replica demotes");
+    // The other replica, at once: no metric of its own moved, yet it says so and acts on it.
+    let (code, reason) = status(&other, "fake-b").await;
+    assert_eq!(code, "demoted", "{reason}");
+    assert!(reason.contains("schema at `/language`"), "{reason}");
+    primary.set_script(Script::always(server_error()));
+    let (_, _, failed) = other
+        .create(
+            ACME,
+            "replica-2",
+            &detect("Bonjour, où est mon colis ?"),
+            Some(10),
+        )
+        .await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(providers_tried(&failed), ["fake-a"], "{failed}");
+    assert_eq!(fallback.calls(), 1, "only the shadow call reached it");
+    // An admin reinstates it on the other replica: the first sees it too.
+    let path = "/v1/providers/fake-b/contracts/language-detect/reinstate";
+    let body = json!({"reason": "the fallback's answers were checked by hand"});
+    let (code, _, _) = other.post_json(ACME_ADMIN, path, Some(&body)).await;
+    assert_eq!(code.as_u16(), 200);
+    assert_eq!(status(&deciding, "fake-b").await.0, "certified");
 }

@@ -56,6 +56,7 @@ mod operator_pages {
         an_unknown_job_is_cancelled_with_confirmation_then_retried_to_success,
         the_certification_matrix_says_why_a_provider_is_not_eligible,
         an_operator_of_every_owner_sees_and_acts_on_every_owners_jobs,
+        a_demoted_provider_shows_its_live_results_and_is_reinstated_behind_a_confirmation,
     );
 }
 
@@ -73,5 +74,6 @@ mod live_per_engine {
         a_demotion_decided_while_a_job_runs_stops_its_failover,
         an_admin_reinstates_a_demoted_provider_and_only_an_admin,
         a_provider_that_regresses_on_its_cases_is_demoted_by_a_recheck_before_a_job_reaches_it,
+        shadow_checks_never_change_a_job,
     );
 }

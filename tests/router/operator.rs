@@ -409,7 +409,50 @@ async fn the_operator_pages_in_a_real_browser() {
     )
     .await
     .unwrap();
-    let router = Router::one_route(&db, &fake, "attempt_timeout_ms = 300\n").await;
+    // A second route's provider, which the router's own checks demoted
+    // (its live result's words carry markup, as a model's answer may).
+    let demoted = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
+    let routes = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n\
+         [routes.backup]\ncontract = \"language-detect\"\nproviders = [\"fake-b\"]\n";
+    let certified = crate::harness::manifest(&[
+        ("fake-a", &fake, "language-detect"),
+        ("fake-b", &demoted, "language-detect"),
+    ]);
+    let providers = [("fake-a", &fake), ("fake-b", &demoted)];
+    let router = Router::start(
+        &db,
+        &providers,
+        routes,
+        &certified,
+        "attempt_timeout_ms = 300\n",
+    )
+    .await;
+    let found = format!("schema at `/language`: {markup} is not one of the candidates");
+    let broke = surety_store::LiveResult {
+        provider: "fake-b".into(),
+        contract: "language-detect".into(),
+        route: "backup".into(),
+        source: surety_store::LiveSource::Shadow,
+        outcome: surety_store::LiveOutcome::Broke,
+        detail: found.clone(),
+        job_id: None,
+        case_name: None,
+        input: serde_json::json!({"text": "Hello"}),
+        expected: None,
+        answer: None,
+        at_ms: 0,
+    };
+    let store = &router.state.inner.store;
+    store.record_live(&broke).await.unwrap();
+    let why = format!("demoted: 1 of the last 1 live checks broke the contract — {found}");
+    assert!(
+        store
+            .demote("fake-b", "language-detect", &why)
+            .await
+            .unwrap()
+    );
     let (_, _, unknown) = router
         .create(ACME, "b-1", &detect("Hello there"), Some(5))
         .await;
@@ -482,6 +525,27 @@ async fn the_operator_pages_in_a_real_browser() {
     );
     assert_eq!(seen["no_js_state"], "succeeded", "{seen}");
     assert!(shots.join("queue.png").is_file() && shots.join("job.png").is_file());
+    // The demoted provider: on the matrix, its live results as text, and
+    // a reinstate behind a confirmation that needs the token and a reason.
+    let text = |key: &str| seen[key].as_str().unwrap().to_owned();
+    assert!(
+        text("matrix_demoted").contains("demoted") && text("matrix_demoted").contains("1 broke"),
+        "{seen}"
+    );
+    assert!(text("live_results").contains("<script>"), "as text: {seen}");
+    assert_eq!(seen["live_injected"], nothing_ran, "{seen}");
+    assert_eq!(
+        text("reinstate_title"),
+        "Reinstate fake-b for language-detect?"
+    );
+    assert_eq!(seen["reinstate_forged_status"], 403, "{seen}");
+    assert!(
+        text("reinstate_without_reason").ends_with("/reinstate"),
+        "the browser asks for a reason: {seen}"
+    );
+    assert_eq!(text("after_reinstate"), "certified", "{seen}");
+    assert!(store.demotions().await.unwrap().is_empty());
+    assert!(shots.join("live.png").is_file());
 }
 
 pub async fn the_certification_matrix_says_why_a_provider_is_not_eligible(db: &TestDb) {
@@ -597,4 +661,145 @@ async fn the_certification_page_reads_as_snapshotted() {
     let (status, body) = page(&router, &session, "/ui/certification").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     surety_tests::surety_snapshot!("certification-page.html", body);
+}
+
+/// A fallback that real traffic found breaking the contract: the matrix
+/// shows it demoted with the reason, what its live checks found and cost,
+/// and a way to reinstate it; its page lists the live results; the
+/// reinstate asks first, needs the session's token and a reason, and is
+/// recorded with who and why.
+pub async fn a_demoted_provider_shows_its_live_results_and_is_reinstated_behind_a_confirmation(
+    db: &TestDb,
+) {
+    let primary = FakeProvider::start(crate::harness::language_script())
+        .await
+        .unwrap();
+    let breaks = Behavior::Reply(r#"{"language": "Englisch"}"#.to_owned());
+    let fallback = FakeProvider::start(crate::harness::language_script_else(breaks))
+        .await
+        .unwrap();
+    let route = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n\
+         [routes.language.shadow]\nsampling = 1.0\nhourly_budget = 100\n";
+    let providers = [("fake-a", &primary), ("fake-b", &fallback)];
+    let router = Router::certifying(db, &providers, route).await;
+    let (_, _, job) = router
+        .create(ACME, "shown-1", &detect("Where is my parcel?"), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let store = &router.state.inner.store;
+    assert!(
+        crate::harness::until(async || !store.demotions().await.unwrap().is_empty()).await,
+        "the shadow call demotes the fallback"
+    );
+    let session = admin_session(&router).await;
+    let (_, matrix) = page(&router, &session, "/ui/certification").await;
+    let row = |provider: &str| {
+        matrix
+            .split("<tr>")
+            .find(|r| r.contains(&format!("<td>{provider}</td>")))
+            .unwrap_or_else(|| panic!("no row for {provider}: {matrix}"))
+            .to_owned()
+    };
+    // As the browser reads it: minijinja escapes `/`, `'` and `"` too.
+    let demoted = row("fake-b")
+        .replace("&#x2f;", "/")
+        .replace("&#x27;", "'")
+        .replace("&quot;", "\"");
+    let live = "/ui/certification/fake-b/language-detect";
+    for shown in [
+        "class=\"state demoted\"",
+        "1 of the last 1 live checks broke the contract",
+        "1 broke of the last 1 live checks",
+        "calls: 1, tokens: ",
+        "budget: 1 of the route's 100 calls this hour (1 %)",
+        "schema at `/language`: \"Englisch\" is not one of",
+        &format!("href=\"{live}/reinstate\""),
+    ] {
+        assert!(demoted.contains(shown), "{shown}: {demoted}");
+    }
+    let kept = row("fake-a");
+    assert!(kept.contains("class=\"state certified\""), "{kept}");
+    assert!(
+        kept.contains("no live checks yet") && !kept.contains("Reinstate"),
+        "{kept}"
+    );
+    // Its page: the live results, and the reinstate.
+    let (status, results) = page(&router, &session, live).await;
+    assert_eq!(status, StatusCode::OK, "{results}");
+    let job_id = job["id"].as_str().unwrap();
+    for shown in [
+        "shadow",
+        "state broke",
+        &format!("job {job_id}"),
+        "Englisch",
+    ] {
+        assert!(results.contains(shown), "{shown}: {results}");
+    }
+    let reinstate = format!("{live}/reinstate");
+    let (status, ask) = page(&router, &session, &reinstate).await;
+    assert_eq!(status, StatusCode::OK, "{ask}");
+    assert!(
+        ask.contains("Reinstate fake-b for language-detect?"),
+        "{ask}"
+    );
+    assert!(ask.contains("name=\"reason\""), "{ask}");
+    let token = token_in(&ask);
+    let post = |csrf: &str, reason: &str| {
+        client()
+            .post(format!("{}{reinstate}", router.base))
+            .header("cookie", &session)
+            .form(&[("csrf", csrf), ("reason", reason), ("confirm", "yes")])
+            .send()
+    };
+    let forged = post("forged", "trust me").await.unwrap();
+    assert_eq!(
+        forged.status(),
+        StatusCode::FORBIDDEN,
+        "no token, no reinstate"
+    );
+    let unexplained = post(&token, "  ").await.unwrap();
+    assert_eq!(unexplained.status(), StatusCode::CONFLICT);
+    assert!(
+        unexplained
+            .text()
+            .await
+            .unwrap()
+            .contains("`reason` says why")
+    );
+    assert_eq!(store.demotions().await.unwrap().len(), 1, "nothing changed");
+    let done = post(&token, "checked its answers by hand").await.unwrap();
+    assert_eq!(done.status(), StatusCode::SEE_OTHER);
+    assert_eq!(done.headers()[LOCATION], live);
+    assert!(store.demotions().await.unwrap().is_empty(), "reinstated");
+    let (_, results) = page(&router, &session, live).await;
+    assert!(results.contains("class=\"state certified\""), "{results}");
+    let (by, why): (String, String) =
+        sqlx::query_as("SELECT lifted_by, lift_reason FROM demotions")
+            .fetch_one(&db.raw)
+            .await
+            .unwrap();
+    assert_eq!(by, "an admin of acme, on the operator pages");
+    assert_eq!(why, "checked its answers by hand");
+    // Only what the configuration names: anything else is not found.
+    for path in [
+        "/ui/certification/nobody/language-detect",
+        "/ui/certification/fake-b/no-contract/reinstate",
+        "/ui/certification/fake-b%2F..%2Fx/language-detect/reinstate",
+    ] {
+        let (status, _) = page(&router, &session, path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+    // The budget's share, per provider, in the metrics.
+    let metrics = client()
+        .get(format!("{}/metrics", router.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("surety_live_budget_share{provider=\"fake-b\",route=\"language\"} 0.01"),
+        "{metrics}"
+    );
 }

@@ -1,8 +1,8 @@
 //! Prometheus metrics.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 #[derive(Debug, Clone)]
@@ -10,10 +10,13 @@ pub struct Metrics {
     registry: Registry,
     /// Shadow calls and re-checks by provider, contract, source and outcome.
     pub live_checks: IntCounterVec,
-    /// Tokens the live checks spent, by provider.
+    /// Tokens the live checks spent, by provider and contract.
     pub live_tokens: IntCounterVec,
     /// Live checks not made because the route's hourly budget was spent.
     pub live_budget_exhausted: IntCounterVec,
+    /// The share of each route's hourly budget each provider spent this
+    /// hour, on this replica (set as `/metrics` is read).
+    pub live_budget_share: GaugeVec,
     /// Demotions this router decided, by provider and contract.
     pub demotions: IntCounterVec,
     pub jobs_created: IntCounter,
@@ -73,14 +76,22 @@ impl Metrics {
         )?;
         let live_tokens = counters(
             "surety_live_tokens_total",
-            "Tokens the router's own checks spent, by provider",
-            &["provider"],
+            "Tokens the router's own checks spent, by provider and contract",
+            &["provider", "contract"],
         )?;
         let live_budget_exhausted = counters(
             "surety_live_budget_exhausted_total",
             "Live checks not made because the route's hourly budget was spent, by route",
             &["route"],
         )?;
+        let live_budget_share = GaugeVec::new(
+            Opts::new(
+                "surety_live_budget_share",
+                "The share of the route's hourly budget of live checks each provider spent this hour, on this replica, by route and provider",
+            ),
+            &["route", "provider"],
+        )?;
+        registry.register(Box::new(live_budget_share.clone()))?;
         let demotions = counters(
             "surety_demotions_total",
             "Providers demoted for a contract by this router's live checks",
@@ -96,6 +107,7 @@ impl Metrics {
             live_checks,
             live_tokens,
             live_budget_exhausted,
+            live_budget_share,
             demotions,
             jobs_created: counter("surety_jobs_created_total", "Jobs created")?,
             replays: counter(
@@ -146,9 +158,38 @@ impl Metrics {
         })
     }
 
+    /// The sum of `counter`'s series whose labels include each of `wanted`.
+    pub fn sum_where(counter: &IntCounterVec, wanted: &[(&str, &str)]) -> u64 {
+        series(counter)
+            .iter()
+            .filter(|(labels, _)| {
+                wanted
+                    .iter()
+                    .all(|(name, value)| labels.iter().any(|(n, v)| n == name && v == value))
+            })
+            .map(|(_, count)| count)
+            .sum()
+    }
+
     pub fn render(&self) -> String {
         let mut buffer = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
         String::from_utf8(buffer).unwrap_or_default()
     }
+}
+
+/// Each series of `counter`: its labels (name, value) and its count.
+pub fn series(counter: &IntCounterVec) -> Vec<(Vec<(String, String)>, u64)> {
+    prometheus::core::Collector::collect(counter)
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .map(|metric| {
+            let labels = metric
+                .get_label()
+                .iter()
+                .map(|l| (l.name().to_owned(), l.value().to_owned()))
+                .collect();
+            (labels, metric.get_counter().get_value() as u64)
+        })
+        .collect()
 }

@@ -70,6 +70,17 @@ impl Inner {
         })
     }
 
+    /// `provider` and `contract` as the configuration names them, if it
+    /// names both (what a page builds its links and forms from).
+    pub fn configured(
+        &self,
+        provider: &str,
+        contract: &str,
+    ) -> Option<(&str, &Arc<ServedContract>)> {
+        let (provider, _) = self.providers.get_key_value(provider)?;
+        Some((provider.as_str(), self.contracts.get(contract)?))
+    }
+
     /// The attempts waiting on a provider now, by job and ordinal.
     pub fn in_flight(
         &self,

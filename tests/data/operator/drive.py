@@ -78,6 +78,30 @@ with sync_playwright() as p:
     page.goto(base + "/ui/certification")
     seen["matrix"] = page.locator("#matrix").inner_text()
     page.screenshot(path=f"{shots}/certification.png", full_page=True)
+    seen["matrix_demoted"] = page.locator("#matrix tr", has_text="fake-b").inner_text()
+
+    # The demoted provider's live results, then its reinstate (confirmed).
+    page.click("#matrix a[href='/ui/certification/fake-b/language-detect']")
+    seen["live_results"] = page.locator("#live").inner_text()
+    seen["live_injected"] = injected(page)
+    page.screenshot(path=f"{shots}/live.png", full_page=True)
+    page.click("text=Reinstate fake-b for language-detect")
+    reinstate = page.url
+    seen["reinstate_title"] = page.locator("h1").inner_text()
+    # Without a reason the browser does not send the form.
+    page.click("button[name=confirm]")
+    seen["reinstate_without_reason"] = page.url
+    page.fill("textarea[name=reason]", "checked its answers by hand")
+    page.evaluate("document.querySelector('main form input[name=csrf]').remove()")
+    with page.expect_navigation() as nav:
+        page.click("button[name=confirm]")
+    seen["reinstate_forged_status"] = nav.value.status
+    page.goto(reinstate)
+    page.fill("textarea[name=reason]", "checked its answers by hand")
+    with page.expect_navigation():
+        page.click("button[name=confirm]")
+    seen["after_reinstate"] = page.locator("main .state").first.inner_text()
+    page.goto(base + "/ui/certification")
     cookies = page.context.cookies()
 
     # Reading works with JavaScript off.

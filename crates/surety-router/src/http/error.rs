@@ -248,3 +248,15 @@ impl From<crate::jobs::JobError> for ApiError {
         }
     }
 }
+
+impl From<crate::live::ReinstateError> for ApiError {
+    fn from(error: crate::live::ReinstateError) -> ApiError {
+        use crate::live::ReinstateError as E;
+        let detail = error.to_string();
+        match error {
+            E::Reason => ApiError::new(Problem::MalformedBody, detail),
+            E::NotDemoted { .. } => ApiError::new(Problem::NotFound, detail),
+            E::Store(e) => ApiError::from(e),
+        }
+    }
+}

@@ -29,9 +29,6 @@ pub(super) async fn providers(
     Ok(Json(provider_list(&state).await?))
 }
 
-/// The longest reason an admin may record for a reinstate.
-const MAX_REINSTATE_REASON: usize = 500;
-
 /// Lifts the router's demotion of a provider for a contract (admin keys
 /// only), recorded with who and why; the provider is eligible again as far
 /// as its certification goes, and the next live checks judge it afresh.
@@ -56,24 +53,13 @@ pub(super) async fn reinstate(
             "reinstating a demoted provider needs an admin key",
         ));
     }
-    let reason = body.reason.trim();
-    if reason.is_empty() || reason.chars().count() > MAX_REINSTATE_REASON {
-        return Err(ApiError::new(
-            Problem::MalformedBody,
-            format!("`reason` says why, in 1 to {MAX_REINSTATE_REASON} characters"),
-        ));
-    }
-    let lift = surety_store::Lift::Admin {
-        by: format!("an admin of {}", key.owner),
-        why: reason.to_owned(),
-    };
-    if !state.inner.store.lift(&provider, &contract, &lift).await? {
-        return Err(ApiError::new(
-            Problem::NotFound,
-            format!("`{provider}` is not demoted for `{contract}`"),
-        ));
-    }
-    tracing::warn!(%provider, %contract, owner = %key.owner, %reason, "reinstated by an admin");
+    crate::live::reinstate(
+        &state,
+        (&provider, &contract),
+        &format!("an admin of {}", key.owner),
+        &body.reason,
+    )
+    .await?;
     Ok(Json(provider_list(&state).await?))
 }
 
@@ -145,6 +131,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     match state.inner.store.unknown_attempts().await {
         Ok(n) => m.unknown_attempts_open.set(n),
         Err(e) => tracing::warn!(error = %e, "cannot count unknown attempts"),
+    }
+    m.live_budget_share.reset();
+    for spent in state.inner.budgets.spent() {
+        m.live_budget_share
+            .with_label_values(&[&spent.route, &spent.provider])
+            .set(spent.share());
     }
     if let Some(manifest) = state.inner.manifest.current() {
         m.manifest_entries.set(manifest.entries.len() as i64);

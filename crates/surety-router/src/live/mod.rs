@@ -76,13 +76,7 @@ async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
         .collect();
     drop(certifier);
     for provider in others {
-        let Some(in_flight) = state.inner.budgets.take(&job.route.id, shadow) else {
-            state
-                .inner
-                .metrics
-                .live_budget_exhausted
-                .with_label_values(&[&job.route.id])
-                .inc();
+        let Some(in_flight) = take_budget(state, &job.route.id, &provider, shadow) else {
             return;
         };
         let Ok(_permit) = in_flight.acquire_owned().await else {
@@ -114,6 +108,26 @@ async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
         };
         record(state, &job.served, result).await;
     }
+}
+
+/// One call of `route`'s budget for `provider`, and the route's
+/// concurrency cap to wait on; none left this hour is counted.
+fn take_budget(
+    state: &AppState,
+    route: &str,
+    provider: &str,
+    shadow: &Shadow,
+) -> Option<Arc<tokio::sync::Semaphore>> {
+    let taken = state.inner.budgets.take(route, provider, shadow);
+    if taken.is_none() {
+        state
+            .inner
+            .metrics
+            .live_budget_exhausted
+            .with_label_values(&[route])
+            .inc();
+    }
+    taken
 }
 
 /// Sends `messages` as the contract's certified request to `provider` and
@@ -154,7 +168,7 @@ async fn ask(
     let tokens = response.usage.prompt_tokens + response.usage.completion_tokens;
     metrics
         .live_tokens
-        .with_label_values(&[provider])
+        .with_label_values(&[provider, &contract.id])
         .inc_by(tokens);
     let checked = surety_exchange::check(contract, &response);
     let answer = checked.answer.clone();
@@ -198,13 +212,7 @@ pub fn recheck_due(state: &AppState) {
             continue;
         };
         let (provider, case) = (route.providers[slot / cases].clone(), slot % cases);
-        let Some(in_flight) = state.inner.budgets.take(&route.id, shadow) else {
-            state
-                .inner
-                .metrics
-                .live_budget_exhausted
-                .with_label_values(&[&route.id])
-                .inc();
+        let Some(in_flight) = take_budget(state, &route.id, &provider, shadow) else {
             continue;
         };
         let (state_now, route, served) = (state.clone(), route.clone(), served.clone());
@@ -348,6 +356,48 @@ pub async fn lift_certified(state: &AppState) {
             tracing::warn!(error = %e, "a lifted demotion could not be recorded");
         }
     }
+}
+
+/// The longest reason an admin may record for a reinstate.
+pub const MAX_REINSTATE_REASON: usize = 500;
+
+/// Why a reinstate did not happen; nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReinstateError {
+    #[error("`reason` says why, in 1 to {MAX_REINSTATE_REASON} characters")]
+    Reason,
+    #[error("`{provider}` is not demoted for `{contract}`")]
+    NotDemoted { provider: String, contract: String },
+    #[error(transparent)]
+    Store(#[from] surety_store::StoreError),
+}
+
+/// An admin's reinstate (the API's and the operator page's alike): lifts
+/// the demotion of `provider` for `contract`, recorded with who (`by`) and
+/// why; the provider is eligible again as far as its certification goes,
+/// and the next live checks judge it afresh.
+pub async fn reinstate(
+    state: &AppState,
+    (provider, contract): (&str, &str),
+    by: &str,
+    reason: &str,
+) -> Result<(), ReinstateError> {
+    let reason = reason.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REINSTATE_REASON {
+        return Err(ReinstateError::Reason);
+    }
+    let lift = surety_store::Lift::Admin {
+        by: by.to_owned(),
+        why: reason.to_owned(),
+    };
+    if !state.inner.store.lift(provider, contract, &lift).await? {
+        return Err(ReinstateError::NotDemoted {
+            provider: provider.to_owned(),
+            contract: contract.to_owned(),
+        });
+    }
+    tracing::warn!(%provider, %contract, %by, %reason, "reinstated by an admin");
+    Ok(())
 }
 
 /// `surety cases export`: the inputs of route `route` on which a fallback

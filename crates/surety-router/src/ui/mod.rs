@@ -25,8 +25,8 @@ use axum::routing::{get, post};
 
 use crate::state::AppState;
 
-use actions::{cancel, confirm_cancel, confirm_retry, retry};
-use pages::{certification, job_page, queue};
+use actions::{cancel, confirm_cancel, confirm_reinstate, confirm_retry, reinstate, retry};
+use pages::{certification, job_page, live_page, queue};
 use session::{sign_in, sign_in_page, sign_out};
 
 pub(super) const COOKIE: &str = "surety_operator";
@@ -45,6 +45,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/ui/sign-out", post(sign_out))
         .route("/ui/jobs/{id}", get(job_page))
         .route("/ui/certification", get(certification))
+        .route("/ui/certification/{provider}/{contract}", get(live_page))
+        .route(
+            "/ui/certification/{provider}/{contract}/reinstate",
+            get(confirm_reinstate).post(reinstate),
+        )
         .route(
             "/ui/jobs/{id}/attempts/{n}/cancel",
             get(confirm_cancel).post(cancel),
@@ -67,6 +72,7 @@ fn templates() -> &'static minijinja::Environment<'static> {
             ("queue.html", include_str!("queue.html")),
             ("job.html", include_str!("job.html")),
             ("certification.html", include_str!("certification.html")),
+            ("live.html", include_str!("live.html")),
             ("confirm.html", include_str!("confirm.html")),
         ] {
             // The templates are part of the binary; a broken one fails every test.

@@ -1,5 +1,6 @@
 //! The pages that read: the attention queue (unknown and failed jobs), a
-//! job with its attempts, and the certification matrix.
+//! job with its attempts, the certification matrix with what the live
+//! checks found and cost, and one provider × contract's live results.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -9,15 +10,18 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 use surety_core::{AttemptState, JobState};
+use surety_store::LiveOutcome;
 
 use super::session::{operator, to_sign_in};
 use super::views::{
     AttemptCount, AttemptRow, CertificationPage, CertificationRow, Figure, JobPage, JobSummary,
-    QueuePage, QueueRow, RaceRow, StateCount,
+    LivePage, LiveRow, QueuePage, QueueRow, RaceRow, StateCount,
 };
 use super::{MAX_WAIT_S, QUEUE_LENGTH, page};
+use crate::certification::ServedContract;
 use crate::http::error::ApiError;
 use crate::http::extract::job_id;
+use crate::metrics::Metrics;
 use crate::state::AppState;
 
 pub(super) fn now_ms() -> i64 {
@@ -105,24 +109,22 @@ pub(super) async fn queue(State(state): State<AppState>, headers: HeaderMap) -> 
         })
         .collect();
     // Attempts by provider and outcome, as this router counted them.
-    let mut attempts = Vec::new();
-    for family in prometheus::core::Collector::collect(&m.attempts) {
-        for metric in family.get_metric() {
+    let attempts = crate::metrics::series(&m.attempts)
+        .into_iter()
+        .map(|(labels, count)| {
             let label = |name: &str| {
-                metric
-                    .get_label()
+                labels
                     .iter()
-                    .find(|l| l.name() == name)
-                    .map_or("", |l| l.value())
-                    .to_owned()
+                    .find(|(n, _)| n == name)
+                    .map_or(String::new(), |(_, v)| v.clone())
             };
-            attempts.push(AttemptCount {
+            AttemptCount {
                 provider: label("provider"),
                 outcome: label("outcome"),
-                count: metric.get_counter().get_value() as u64,
-            });
-        }
-    }
+                count,
+            }
+        })
+        .collect();
     page(
         StatusCode::OK,
         "queue.html",
@@ -254,6 +256,11 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
     };
     let mut rows = Vec::new();
     for route in &list.routes {
+        let shadowed = state
+            .inner
+            .routes
+            .get(&route.id)
+            .is_some_and(|r| r.shadow.is_some());
         for provider in &route.providers {
             let Some(p) = list.data.iter().find(|p| &p.id == provider) else {
                 continue;
@@ -261,10 +268,17 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
             let Some(c) = p.certification.get(&route.contract) else {
                 continue;
             };
+            let Some((provider, served)) = state.inner.configured(provider, &route.contract) else {
+                continue;
+            };
+            let live = match live_window(&state, provider, served).await {
+                Ok(window) => summary(&window),
+                Err(e) => return ApiError::from(e).into_response(),
+            };
             rows.push(CertificationRow {
                 route: route.id.clone(),
                 contract: route.contract.clone(),
-                provider: provider.clone(),
+                provider: provider.to_owned(),
                 status: c.status.clone(),
                 reason: c.reason.clone(),
                 expires: c.expires_at.clone().unwrap_or_default(),
@@ -272,6 +286,10 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
                     .drift
                     .as_ref()
                     .map(|d| format!("model {} answered at {}", d.model, d.at)),
+                live,
+                cost: shadowed.then(|| cost(&state, &route.id, provider, &route.contract)),
+                page: format!("/ui/certification/{provider}/{}", served.contract.id),
+                demoted: c.status == "demoted",
             });
         }
     }
@@ -295,6 +313,150 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
             operator: op.view(),
             rows,
             manifest,
+        },
+    )
+}
+
+/// The newest live results of `provider` for the contract: as many as its
+/// `[live] window`, newest first.
+async fn live_window(
+    state: &AppState,
+    provider: &str,
+    served: &ServedContract,
+) -> Result<Vec<surety_store::LiveResult>, surety_store::StoreError> {
+    let contract = &served.contract;
+    state
+        .inner
+        .store
+        .live_window(provider, &contract.id, contract.live.window)
+        .await
+}
+
+/// A window of live results in a sentence: `3 kept, 1 broke of the last 4 live checks`.
+fn summary(window: &[surety_store::LiveResult]) -> String {
+    if window.is_empty() {
+        return "no live checks yet".to_owned();
+    }
+    let counts: Vec<String> = [
+        LiveOutcome::Kept,
+        LiveOutcome::Broke,
+        LiveOutcome::Disagreed,
+        LiveOutcome::Failed,
+    ]
+    .iter()
+    .filter_map(|outcome| {
+        let n = window.iter().filter(|r| r.outcome == *outcome).count();
+        (n > 0).then(|| format!("{n} {}", outcome.as_str()))
+    })
+    .collect();
+    format!(
+        "{} of the last {} live checks",
+        counts.join(", "),
+        window.len()
+    )
+}
+
+/// What the live checks of `provider` for `contract` cost on this router:
+/// calls, tokens and its share of `route`'s hourly budget.
+fn cost(state: &AppState, route: &str, provider: &str, contract: &str) -> String {
+    let m = &state.inner.metrics;
+    let labels = [("provider", provider), ("contract", contract)];
+    let calls = Metrics::sum_where(&m.live_checks, &labels);
+    let tokens = Metrics::sum_where(&m.live_tokens, &labels);
+    let hourly = state
+        .inner
+        .routes
+        .get(route)
+        .and_then(|r| r.shadow.as_ref())
+        .map_or(0, |s| s.hourly_budget);
+    let spent = state
+        .inner
+        .budgets
+        .spent()
+        .into_iter()
+        .find(|s| s.route == route && s.provider == provider)
+        .map_or(0, |s| s.calls);
+    let share = f64::from(spent) / f64::from(hourly.max(1)) * 100.0;
+    format!(
+        "calls: {calls}, tokens: {tokens} (since this router started); budget: {spent} of the route's {hourly} calls this hour ({share:.0} %)"
+    )
+}
+
+/// `/ui/certification/{provider}/{contract}`: one provider × contract, its
+/// certification, its demotion and its window of live results, and a way
+/// to reinstate it when demoted.
+pub(super) async fn live_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((provider, contract)): Path<(String, String)>,
+) -> Response {
+    let Some(op) = operator(&state, &headers) else {
+        return to_sign_in();
+    };
+    let Some((provider, served)) = state.inner.configured(&provider, &contract) else {
+        return super::actions::not_configured(&provider, &contract).into_response();
+    };
+    let contract = &served.contract.id;
+    let list = match crate::http::provider_list(&state).await {
+        Ok(list) => list,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let certification = list
+        .data
+        .iter()
+        .find(|p| p.id == provider)
+        .and_then(|p| p.certification.get(contract));
+    let (status, reason) = certification.map_or(("missing".to_owned(), String::new()), |c| {
+        (c.status.clone(), c.reason.clone())
+    });
+    let window = match live_window(&state, provider, served).await {
+        Ok(window) => window,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let routes: Vec<&str> = state
+        .inner
+        .routes
+        .values()
+        .filter(|r| r.contract == *contract && r.providers.iter().any(|p| p == provider))
+        .map(|r| r.id.as_str())
+        .collect();
+    let costs = state
+        .inner
+        .routes
+        .values()
+        .filter(|r| routes.contains(&r.id.as_str()) && r.shadow.is_some())
+        .map(|r| {
+            format!(
+                "route {}: {}",
+                r.id,
+                cost(&state, &r.id, provider, contract)
+            )
+        })
+        .collect();
+    let results = window
+        .iter()
+        .map(|r| LiveRow {
+            at: when(r.at_ms),
+            source: r.source.as_str(),
+            outcome: r.outcome.as_str(),
+            detail: r.detail.clone(),
+            job: r.job_id.as_ref().map(|j| j.0.clone()),
+            case: r.case_name.clone().unwrap_or_default(),
+        })
+        .collect();
+    page(
+        StatusCode::OK,
+        "live.html",
+        LivePage {
+            operator: op.view(),
+            provider: provider.to_owned(),
+            contract: contract.clone(),
+            demoted: status == "demoted",
+            status,
+            reason,
+            summary: summary(&window),
+            costs,
+            results,
         },
     )
 }

@@ -113,6 +113,41 @@ pub(super) struct CertificationRow {
     pub(super) reason: String,
     pub(super) expires: String,
     pub(super) drift: Option<String>,
+    /// The window of live results, in a sentence.
+    pub(super) live: String,
+    /// What its live checks cost, on a route with them.
+    pub(super) cost: Option<String>,
+    /// Its live results' page.
+    pub(super) page: String,
+    pub(super) demoted: bool,
+}
+
+/// One live result: a shadow call on a job's input, or a re-check of a case.
+#[derive(Debug, Serialize)]
+pub(super) struct LiveRow {
+    pub(super) at: String,
+    pub(super) source: &'static str,
+    pub(super) outcome: &'static str,
+    pub(super) detail: String,
+    /// The shadowed job.
+    pub(super) job: Option<String>,
+    /// The certification case re-checked.
+    pub(super) case: String,
+}
+
+/// One provider × contract: its certification, demotion and live results.
+#[derive(Debug, Serialize)]
+pub(super) struct LivePage {
+    pub(super) operator: OperatorView,
+    pub(super) provider: String,
+    pub(super) contract: String,
+    pub(super) status: String,
+    pub(super) reason: String,
+    pub(super) demoted: bool,
+    pub(super) summary: String,
+    /// What its live checks cost, per route with them.
+    pub(super) costs: Vec<String>,
+    pub(super) results: Vec<LiveRow>,
 }
 
 #[derive(Debug, Serialize)]
@@ -127,11 +162,15 @@ pub(super) struct CertificationPage {
 #[derive(Debug, Serialize)]
 pub(super) struct ConfirmPage<'a> {
     pub(super) operator: OperatorView,
-    pub(super) job_id: &'a str,
     pub(super) title: &'a str,
     pub(super) explain: &'a str,
     pub(super) confirm: &'a str,
-    /// Built from the parsed job id, never from the raw path.
+    /// Built from the parsed job id, or the configured provider and
+    /// contract, never from the raw path.
     pub(super) action: &'a str,
+    /// The page the act was asked from.
+    pub(super) back: &'a str,
+    /// Whether the form asks why (a reinstate's reason).
+    pub(super) asks_reason: bool,
     pub(super) error: Option<String>,
 }
