@@ -43,6 +43,19 @@ struct Sample {
 }
 
 impl Sample {
+    fn empty() -> Sample {
+        Sample {
+            latencies: Vec::new(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Both samples as one: their requests, over both their times.
+    fn merge(&mut self, other: Sample) {
+        self.latencies.extend(other.latencies);
+        self.elapsed += other.elapsed;
+    }
+
     fn rate(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64()
     }
@@ -158,6 +171,11 @@ async fn run() {
             cells.push(json!({"engine": name, "durable_commit": {"p50_ms": commit.pct(0.5), "p99_ms": commit.pct(0.99), "n": commit.latencies.len()}}));
         }
     }
+    for (engine, name) in [(Engine::Sqlite, "sqlite"), (Engine::Postgres, "postgres")] {
+        if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "shadow") {
+            cells.extend(shadow_cost(&bin, &repo, &client, engine, name, counter_base()).await);
+        }
+    }
     println!(
         "targets: p99 added < 2 ms at 500 jobs/s; >= 3000 jobs/s on SQLite and >= 1000 on PostgreSQL (see the JSON)"
     );
@@ -167,6 +185,91 @@ async fn run() {
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     std::fs::write(out, serde_json::to_vec_pretty(&json!({"benchmark": "router", "seconds_per_closed_cell": secs().as_secs_f64(), "seconds_per_open_cell": (secs() * 4).as_secs_f64(), "cells": cells})).unwrap()).unwrap();
     println!("wrote {}", out.display());
+}
+
+/// Where the shadow cells' idempotency keys start: clear of the main
+/// table's, which count from 0.
+fn counter_base() -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(1 << 40))
+}
+
+/// Shadow checks' price (SPEC "Live certification"): the same closed-loop
+/// load through a route of a primary and two fallbacks, without shadow
+/// checks and with `[shadow] sampling = 0.05` (a budget that never runs
+/// out), alternated ABAB in the same run; each cell's throughput ratio
+/// and p99 added by the shadow checks, and the shadow calls the fallbacks
+/// saw.
+async fn shadow_cost(
+    bin: &Path,
+    repo: &Path,
+    client: &reqwest::Client,
+    engine: Engine,
+    name: &str,
+    counter: Arc<AtomicU64>,
+) -> Vec<Value> {
+    let mut fakes = Vec::new();
+    for _ in 0..3 {
+        let reply = json!({"language": "english"}).to_string();
+        fakes.push(FakeProvider::replying(reply).await.unwrap());
+    }
+    let providers = [
+        ("fake-a", &fakes[0]),
+        ("fake-b", &fakes[1]),
+        ("fake-c", &fakes[2]),
+    ];
+    let shadow = "[routes.language.shadow]\nsampling = 0.05\nhourly_budget = 100000000\n";
+    let log = "info,surety_store=warn,surety_router=warn,tower_http=warn";
+    let mut routers = Vec::new();
+    let mut dbs = Vec::new();
+    for route in ["", shadow] {
+        let Some(db) = TestDb::new(engine).await else {
+            return Vec::new();
+        };
+        let dir = serve::workspace_routed(repo, &db.url, &providers, route, "");
+        routers.push((
+            RouterProcess::start_with(bin, dir.path(), &[], log).await,
+            dir,
+        ));
+        dbs.push(db);
+    }
+    let mut out = Vec::new();
+    for clients in [16, 64] {
+        let label = format!("shadow 0.05, closed {clients}");
+        let mut samples = [Sample::empty(), Sample::empty()];
+        // The primary answers every job: each call a fallback sees is a shadow call.
+        let fallback_calls = || fakes[1..].iter().map(FakeProvider::calls).sum::<u64>();
+        let before = fallback_calls();
+        for _round in 0..2 {
+            for ((router, _), sample) in routers.iter().zip(&mut samples) {
+                let target = Target::Router(router.base.clone());
+                sample.merge(drive(client, Load::Closed(clients), target, counter.clone()).await);
+            }
+        }
+        let shadow_calls = fallback_calls() - before;
+        let [plain, shadowed] = &samples;
+        let ratio = shadowed.rate() / plain.rate();
+        let added = shadowed.pct(0.99) - plain.pct(0.99);
+        let jobs = shadowed.latencies.len();
+        println!(
+            "{name:<9} {label:<24} without {:>7.0}/s p99 {:>6.2} ms; with {:>7.0}/s p99 {:>6.2} ms: throughput ratio {ratio:.3} (target >= 0.90), p99 added {added:+.2} ms (target <= 0.5); {shadow_calls} shadow calls for {jobs} jobs",
+            plain.rate(),
+            plain.pct(0.99),
+            shadowed.rate(),
+            shadowed.pct(0.99),
+        );
+        out.push(json!({
+            "engine": name, "load": label,
+            "without_shadow": {"per_s": plain.rate(), "p50_ms": plain.pct(0.5), "p99_ms": plain.pct(0.99), "n": plain.latencies.len()},
+            "with_shadow": {"per_s": shadowed.rate(), "p50_ms": shadowed.pct(0.5), "p99_ms": shadowed.pct(0.99), "n": jobs},
+            "throughput_ratio": ratio,
+            "p99_added_ms": added,
+            "shadow_calls": shadow_calls,
+        }));
+    }
+    for (router, _) in routers {
+        router.kill().await;
+    }
+    out
 }
 
 /// `n` one-row inserts, each its own durable commit, one after another.

@@ -355,16 +355,13 @@ impl Router {
     }
 
     pub async fn metric(&self, name: &str) -> f64 {
-        let text = self
-            .client
-            .get(format!("{}/metrics", self.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        surety_tests::metric_value(&text, name)
+        surety_tests::metric_value(&self.metrics().await, name)
+    }
+
+    /// `/metrics`, as Prometheus reads it.
+    pub async fn metrics(&self) -> String {
+        let response = self.client.get(format!("{}/metrics", self.base)).send();
+        response.await.unwrap().text().await.unwrap()
     }
 }
 

@@ -81,6 +81,15 @@ fn token_in(page: &str) -> String {
         .to_owned()
 }
 
+/// The certification matrix's row of `provider`.
+fn matrix_row(matrix: &str, provider: &str) -> String {
+    matrix
+        .split("<tr>")
+        .find(|r| r.contains(&format!("<td>{provider}</td>")))
+        .unwrap_or_else(|| panic!("no row for {provider}: {matrix}"))
+        .to_owned()
+}
+
 /// `path` with the session cookie `cookie`.
 async fn page(router: &Router, cookie: &str, path: &str) -> (StatusCode, String) {
     let response = client()
@@ -583,13 +592,7 @@ pub async fn the_certification_matrix_says_why_a_provider_is_not_eligible(db: &T
     let session = admin_session(&router).await;
     let (status, matrix) = page(&router, &session, "/ui/certification").await;
     assert_eq!(status, StatusCode::OK);
-    let row = |provider: &str| {
-        matrix
-            .split("<tr>")
-            .find(|r| r.contains(&format!("<td>{provider}</td>")))
-            .unwrap_or_else(|| panic!("no row for {provider}: {matrix}"))
-            .to_owned()
-    };
+    let row = |provider: &str| matrix_row(&matrix, provider);
     for (provider, status, why) in [
         ("stale", "stale", "contract"),
         ("expired", "expired", "expired at"),
@@ -693,13 +696,7 @@ pub async fn a_demoted_provider_shows_its_live_results_and_is_reinstated_behind_
     );
     let session = admin_session(&router).await;
     let (_, matrix) = page(&router, &session, "/ui/certification").await;
-    let row = |provider: &str| {
-        matrix
-            .split("<tr>")
-            .find(|r| r.contains(&format!("<td>{provider}</td>")))
-            .unwrap_or_else(|| panic!("no row for {provider}: {matrix}"))
-            .to_owned()
-    };
+    let row = |provider: &str| matrix_row(&matrix, provider);
     // As the browser reads it: minijinja escapes `/`, `'` and `"` too.
     let demoted = row("fake-b")
         .replace("&#x2f;", "/")
@@ -790,14 +787,7 @@ pub async fn a_demoted_provider_shows_its_live_results_and_is_reinstated_behind_
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
     // The budget's share, per provider, in the metrics.
-    let metrics = client()
-        .get(format!("{}/metrics", router.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = router.metrics().await;
     assert!(
         metrics.contains("surety_live_budget_share{provider=\"fake-b\",route=\"language\"} 0.01"),
         "{metrics}"

@@ -25,31 +25,59 @@ pub fn workspace(
     fake: &FakeProvider,
     server: &str,
 ) -> tempfile::TempDir {
+    workspace_routed(repo, db_url, &[("fake-a", fake)], "", server)
+}
+
+/// As [`workspace`], with the route `language` to each of `providers`
+/// (`(id, fake)`, in order), each certified, and `route` added to the
+/// route's table (e.g. its `[routes.language.shadow]`).
+pub fn workspace_routed(
+    repo: &Path,
+    db_url: &str,
+    providers: &[(&str, &FakeProvider)],
+    route: &str,
+    server: &str,
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let contract = surety_contracts::Contract::load(&repo.join("contracts/language-detect"))
         .expect("the contract");
     let now = time::OffsetDateTime::now_utc();
     let mut manifest = surety_manifest::Manifest::new(now);
     let hash = |key: &str| hex::encode(Sha256::digest(key.as_bytes()));
+    let tables: String = providers
+        .iter()
+        .map(|(id, fake)| {
+            format!(
+                "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\n",
+                fake.openai_base_url()
+            )
+        })
+        .collect();
+    let ids: Vec<String> = providers
+        .iter()
+        .map(|(id, _)| format!("\"{id}\""))
+        .collect();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
          [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
          [[api_keys]]\nowner = \"flood\"\nsha256 = \"{}\"\n\
-         [providers.fake-a]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"a\"\ncontext_window = 16000\n\
-         [routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n",
+         {tables}\
+         [routes.language]\ncontract = \"language-detect\"\nproviders = [{}]\n{route}",
         db_url,
         dir.path().join("manifest.json").display(),
         repo.join("contracts").display(),
         hash(KEY),
         hash(FLOOD_KEY),
-        fake.openai_base_url()
+        ids.join(", ")
     );
     let parsed = surety_router::RouterConfig::from_toml(&config).expect("a valid config");
-    manifest.entries.push(crate::certified_entry(
-        &parsed.providers["fake-a"],
-        &contract,
-        now + time::Duration::days(1),
-    ));
+    for (id, _) in providers {
+        manifest.entries.push(crate::certified_entry(
+            &parsed.providers[*id],
+            &contract,
+            now + time::Duration::days(1),
+        ));
+    }
     manifest
         .write(&dir.path().join("manifest.json"))
         .expect("the manifest");
