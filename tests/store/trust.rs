@@ -52,6 +52,20 @@ pub async fn live_results_read_back_newest_first_per_provider(db: &TestDb) {
     assert_eq!(newest.input, json!({"text": "message 4"}));
     assert_eq!(newest.answer, Some(json!({"language": "Englisch"})));
     assert!(newest.at_ms > 0, "recorded on the database's clock");
+    // What a demotion is judged on: the same window, without its JSON.
+    let verdicts = store
+        .live_verdicts("fallback", "language-detect", 3)
+        .await
+        .unwrap();
+    let judged: Vec<(LiveSource, LiveOutcome, &str)> = window
+        .iter()
+        .map(|r| (r.source, r.outcome, r.detail.as_str()))
+        .collect();
+    let light: Vec<(LiveSource, LiveOutcome, &str)> = verdicts
+        .iter()
+        .map(|v| (v.source, v.outcome, v.detail.as_str()))
+        .collect();
+    assert_eq!(light, judged);
     // What an export reads: the route's broken and disagreeing inputs, oldest first.
     let exported = store.live_results("language", 0, None).await.unwrap();
     let details: Vec<&str> = exported.iter().map(|r| r.detail.as_str()).collect();

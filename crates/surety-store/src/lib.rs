@@ -24,7 +24,8 @@ mod trust;
 pub use error::{Outage, StoreError};
 pub use model::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, JobKind,
-    Lift, LiveOutcome, LiveResult, LiveSource, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt,
+    Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict, NewJob, Outcome, OwnerId, Race, Slot,
+    StartAttempt,
 };
 pub use store::{Backend, SqliteSync, Store, StoreOptions};
 

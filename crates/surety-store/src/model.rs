@@ -258,6 +258,15 @@ pub enum LiveOutcome {
     Failed,
 }
 
+/// A live result as a demotion is judged: where it came from, what it
+/// found, in words (none of its JSON).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveVerdict {
+    pub source: LiveSource,
+    pub outcome: LiveOutcome,
+    pub detail: String,
+}
+
 /// One live check of a provider on a contract, as recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LiveResult {

@@ -62,6 +62,8 @@ pub struct Sql {
     pub insert_live_result: String,
     /// The newest `$3` live results of provider `$1` on contract `$2`.
     pub select_live_window: String,
+    /// As `select_live_window`, only the source, outcome and detail.
+    pub select_live_verdicts: String,
     /// Route `$1`'s live results since `$2` ms with outcome `$3` (any
     /// other than `kept` and `failed` when empty), oldest first.
     pub select_live_results: String,
@@ -73,6 +75,10 @@ pub struct Sql {
     pub lift_demotion: String,
     /// The pages the database file holds in use (SQLite).
     pub pages_in_use: Option<String>,
+    /// Lets a transaction commit without waiting for its WAL flush
+    /// (PostgreSQL): for observations a crash may lose (a live result),
+    /// never for a job, an attempt or a demotion.
+    pub relaxed_commit: Option<String>,
 }
 
 /// The settled jobs past retention (`$1` ms old), oldest first, at most `$2`:
@@ -304,6 +310,10 @@ impl Sql {
                 "SELECT {live_columns} FROM live_results WHERE provider = $1 AND contract = $2 \
                  ORDER BY id DESC LIMIT $3",
             ),
+            select_live_verdicts: fill(
+                "SELECT source, outcome, detail FROM live_results WHERE provider = $1 AND contract = $2 \
+                 ORDER BY id DESC LIMIT $3",
+            ),
             select_live_results: fill(
                 "SELECT {live_columns} FROM live_results WHERE route = $1 AND at_ms >= $2 \
                  AND (outcome = $3 OR ($3 = '' AND outcome IN ('broke', 'disagreed'))) ORDER BY id",
@@ -325,6 +335,8 @@ impl Sql {
                       - (SELECT freelist_count FROM pragma_freelist_count()) AS pages"
                     .to_owned()
             }),
+            relaxed_commit: (backend == Backend::Postgres)
+                .then(|| "SET LOCAL synchronous_commit TO OFF".to_owned()),
         }
     }
 }

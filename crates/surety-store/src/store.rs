@@ -17,7 +17,7 @@ use crate::sqlite::{Checkpoints, Sqlite};
 use crate::trust;
 use crate::{
     Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, Lift, LiveOutcome,
-    LiveResult, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt, StoreError,
+    LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt, StoreError,
 };
 
 /// The database engine behind a store.
@@ -562,6 +562,20 @@ impl Store {
             n: i64::from(n),
         };
         on_engine!(self, read, |c, sql| trust::live(c, sql, &query))
+    }
+
+    /// As [`Store::live_window`], each result's source, outcome and
+    /// detail only: what a demotion is judged on.
+    pub async fn live_verdicts(
+        &self,
+        provider: &str,
+        contract: &str,
+        n: u32,
+    ) -> Result<Vec<LiveVerdict>, StoreError> {
+        let n = i64::from(n);
+        on_engine!(self, read, |c, sql| trust::live_verdicts(
+            c, sql, provider, contract, n
+        ))
     }
 
     /// Route `route`'s live results since `since_ms` (on the database's

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::StoreError;
 use crate::conn::{Conn, Param::*, Values};
-use crate::model::{Demotion, JobId, Lift, LiveOutcome, LiveResult, LiveSource};
+use crate::model::{Demotion, JobId, Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict};
 use crate::ops::col;
 use crate::sql::Sql;
 
@@ -17,12 +17,18 @@ fn json_text(value: Option<&Value>) -> Option<String> {
     value.map(Value::to_string)
 }
 
-/// Records `result` (its `at_ms` is the database's clock).
+/// Records `result` (its `at_ms` is the database's clock). A live result
+/// is an observation: on PostgreSQL its commit does not wait for the WAL
+/// flush (a crash may lose the last few, which the next checks observe
+/// again); the demotion it may lead to is committed durably on its own.
 pub(crate) async fn record_live<C: Conn>(
     c: &mut C,
     sql: &Sql,
     result: &LiveResult,
 ) -> Result<(), StoreError> {
+    if let Some(relaxed) = &sql.relaxed_commit {
+        c.execute(relaxed, &[]).await?;
+    }
     let id = uuid::Uuid::now_v7().to_string();
     let input = result.input.to_string();
     let (expected, answer) = (
@@ -59,19 +65,50 @@ fn json(row: &Values, i: usize, name: &str) -> Result<Option<Value>, StoreError>
         .transpose()
 }
 
-fn live_from(row: &Values) -> Result<LiveResult, StoreError> {
+/// The source, outcome and detail at columns `at`, `at + 1`, `at + 2`.
+fn verdict_from(row: &Values, at: usize) -> Result<LiveVerdict, StoreError> {
     let word = |i: usize, name: &str| col(row, i, name)?.text(name);
-    let source = word(3, "source")?;
-    let outcome = word(4, "outcome")?;
-    Ok(LiveResult {
-        provider: word(0, "provider")?,
-        contract: word(1, "contract")?,
-        route: word(2, "route")?,
+    let source = word(at, "source")?;
+    let outcome = word(at + 1, "outcome")?;
+    Ok(LiveVerdict {
         source: LiveSource::parse(&source)
             .ok_or_else(|| StoreError::Corrupt(format!("source: `{source}`")))?,
         outcome: LiveOutcome::parse(&outcome)
             .ok_or_else(|| StoreError::Corrupt(format!("outcome: `{outcome}`")))?,
-        detail: word(5, "detail")?,
+        detail: word(at + 2, "detail")?,
+    })
+}
+
+/// The newest `n` verdicts of `provider` on `contract`, newest first.
+pub(crate) async fn live_verdicts<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    provider: &str,
+    contract: &str,
+    n: i64,
+) -> Result<Vec<LiveVerdict>, StoreError> {
+    let params = [Text(provider), Text(contract), Int(n)];
+    c.rows(&sql.select_live_verdicts, &params)
+        .await?
+        .iter()
+        .map(|row| verdict_from(row, 0))
+        .collect()
+}
+
+fn live_from(row: &Values) -> Result<LiveResult, StoreError> {
+    let word = |i: usize, name: &str| col(row, i, name)?.text(name);
+    let LiveVerdict {
+        source,
+        outcome,
+        detail,
+    } = verdict_from(row, 3)?;
+    Ok(LiveResult {
+        provider: word(0, "provider")?,
+        contract: word(1, "contract")?,
+        route: word(2, "route")?,
+        source,
+        outcome,
+        detail,
         job_id: col(row, 6, "job_id")?.opt_text("job_id")?.map(JobId),
         case_name: col(row, 7, "case_name")?.opt_text("case_name")?,
         input: json(row, 8, "input")?.unwrap_or(Value::Null),

@@ -303,7 +303,7 @@ pub async fn record(state: &AppState, served: &ServedContract, result: LiveResul
     }
     let live = &served.contract.live;
     let window = match store
-        .live_window(&result.provider, &result.contract, live.window)
+        .live_verdicts(&result.provider, &result.contract, live.window)
         .await
     {
         Ok(window) => window,
