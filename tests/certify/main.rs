@@ -12,6 +12,7 @@ mod binding;
 mod html;
 mod manifest;
 mod signals;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

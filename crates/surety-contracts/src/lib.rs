@@ -8,6 +8,8 @@
 //! - the templates (`system.jinja`, `user.jinja`, rendered by minijinja with
 //!   strict undefined variables);
 //! - the output JSON Schema (2020-12, formats validated);
+//! - for a tool-call contract (`[output] kind = "tool_call"`), its tools
+//!   (name, description, parameters), in a JSON file beside the prompt;
 //! - `cases.toml`: real inputs, each with the facts expected of its answer.
 //!
 //! Its digest is a sha256 over every file of the directory, so editing any
@@ -19,6 +21,7 @@
 mod facts;
 mod live;
 mod rules;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,7 @@ use sha2::{Digest, Sha256};
 pub use facts::Expectation;
 pub use live::{Judged, Live, Seen};
 pub use rules::{Condition, Rule};
+pub use tools::{Tool, ToolCalls, ToolChoice};
 
 /// What a contract's calls do outside the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,11 +163,31 @@ struct RawPrompt {
     user: String,
 }
 
+/// What shape a contract's answer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OutputKind {
+    /// A JSON document.
+    #[default]
+    Json,
+    /// A call of one of the contract's tools.
+    ToolCall,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOutput {
     name: String,
     schema: String,
+    #[serde(default)]
+    kind: OutputKind,
+    /// The tools' file (a JSON array), for a tool-call contract.
+    tools: Option<String>,
+    /// `any` (the default) or a declared tool's name.
+    tool_choice: Option<String>,
+    /// Whether the answer may hold more than one call (by default, exactly one).
+    #[serde(default)]
+    parallel_calls: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -199,6 +223,8 @@ pub struct Contract {
     pub golden_redact: Vec<String>,
     /// What the router's own checks compare, and when they demote.
     pub live: Live,
+    /// A tool-call contract's tools; `None` for a JSON answer.
+    pub tool_calls: Option<ToolCalls>,
     /// `sha256:<hex>` over the contract's files.
     pub digest: String,
 }
@@ -276,6 +302,7 @@ impl Contract {
                 .map_err(|m| invalid(&manifest, format!("`rules[{i}]` ({}): {m}", rule.name())))?;
         }
         raw.live.validate().map_err(|m| invalid(&manifest, m))?;
+        let tool_calls = tool_calls(dir, &manifest, &raw.output)?;
         let cases_path = dir.join("cases.toml");
         let cases: RawCases = toml::from_str(&read(&cases_path)?)
             .map_err(|e| invalid(&cases_path, e.to_string().trim_end().to_owned()))?;
@@ -309,6 +336,7 @@ impl Contract {
             cases: cases.case,
             golden_redact: raw.golden.redact,
             live: raw.live,
+            tool_calls,
             digest: digest_dir(dir)?,
             dir: dir.to_path_buf(),
         };
@@ -349,12 +377,21 @@ impl Contract {
             .collect()
     }
 
-    /// Every broken business rule.
-    pub fn check_rules(&self, answer: &Value) -> Vec<Violation> {
+    /// Every broken business rule, given the job's `input`.
+    pub fn check_rules(&self, answer: &Value, input: &Value) -> Vec<Violation> {
         self.rules
             .iter()
-            .flat_map(|rule| rule.check(answer, &self.schema))
+            .flat_map(|rule| rule.check(answer, &self.schema, input))
             .collect()
+    }
+
+    /// A tool-call contract's answer: every call's arguments against its
+    /// tool's parameters; nothing for a JSON answer.
+    pub fn check_arguments(&self, answer: &Value) -> Vec<Violation> {
+        self.tool_calls
+            .as_ref()
+            .map(|t| t.check_arguments(answer))
+            .unwrap_or_default()
     }
 
     /// Every expected fact of `case` the answer does not state.
@@ -365,6 +402,42 @@ impl Contract {
     /// Whether a hedging attempt may run for this contract.
     pub fn hedgeable(&self) -> bool {
         self.side_effects == SideEffects::None
+    }
+}
+
+/// A tool-call contract's tools, from the file `[output] tools` names; a
+/// JSON contract names none.
+fn tool_calls(
+    dir: &Path,
+    manifest: &Path,
+    output: &RawOutput,
+) -> Result<Option<ToolCalls>, ContractError> {
+    match (output.kind, &output.tools) {
+        (OutputKind::Json, None) => {
+            if output.tool_choice.is_some() || output.parallel_calls {
+                return Err(invalid(
+                    manifest,
+                    "`output.tool_choice` and `output.parallel_calls` are for `kind = \"tool_call\"`",
+                ));
+            }
+            Ok(None)
+        }
+        (OutputKind::Json, Some(_)) => Err(invalid(
+            manifest,
+            "`output.tools` is for `kind = \"tool_call\"`",
+        )),
+        (OutputKind::ToolCall, None) => Err(invalid(
+            manifest,
+            "a tool-call contract names its tools' file in `output.tools`",
+        )),
+        (OutputKind::ToolCall, Some(file)) => {
+            let path = dir.join(file);
+            let tools: Vec<Tool> = serde_json::from_str(&read(&path)?)
+                .map_err(|e| invalid(&path, format!("not a list of tools: {e}")))?;
+            ToolCalls::new(tools, output.tool_choice.as_deref(), output.parallel_calls)
+                .map(Some)
+                .map_err(|m| invalid(&path, m))
+        }
     }
 }
 

@@ -76,6 +76,22 @@ pub enum Rule {
     },
     /// The string at `pointer` is an active ISO 4217 currency code.
     Currency { name: String, pointer: String },
+    /// The number at `pointer` is at most the number at `input` in the
+    /// job's input (a refund within the order's total). Holds where the
+    /// answer has nothing at `pointer` (another tool was called).
+    AtMostInput {
+        name: String,
+        pointer: String,
+        input: String,
+    },
+    /// The value at `pointer` is the value at `input` in the job's input
+    /// (the order's currency). Holds where the answer has nothing at
+    /// `pointer`.
+    SameAsInput {
+        name: String,
+        pointer: String,
+        input: String,
+    },
 }
 
 impl Rule {
@@ -86,7 +102,9 @@ impl Rule {
             | Rule::Add { name, .. }
             | Rule::OnlyKeys { name, .. }
             | Rule::Matches { name, .. }
-            | Rule::Currency { name, .. } => name,
+            | Rule::Currency { name, .. }
+            | Rule::AtMostInput { name, .. }
+            | Rule::SameAsInput { name, .. } => name,
         }
     }
 
@@ -112,8 +130,9 @@ impl Rule {
         }
     }
 
-    /// What the answer breaks of this rule.
-    pub fn check(&self, answer: &Value, schema: &Value) -> Vec<Violation> {
+    /// What the answer breaks of this rule, given the contract's schema and
+    /// the job's input.
+    pub fn check(&self, answer: &Value, schema: &Value, input: &Value) -> Vec<Violation> {
         let broken = |pointer: &str, message: String| Violation {
             check: format!("rule: {}", self.name()),
             pointer: pointer.to_owned(),
@@ -228,6 +247,49 @@ impl Rule {
                 )],
                 None => vec![broken(pointer, "is not a string".into())],
             },
+            Rule::AtMostInput {
+                pointer,
+                input: limit,
+                ..
+            } => {
+                let Some(value) = answer.pointer(pointer) else {
+                    return Vec::new();
+                };
+                let Some(n) = value.as_f64() else {
+                    return vec![broken(pointer, format!("{value} is not a number"))];
+                };
+                match input.pointer(limit).and_then(Value::as_f64) {
+                    Some(most) if n <= most => Vec::new(),
+                    Some(most) => vec![broken(
+                        pointer,
+                        format!("is {n}, more than the input's {limit} ({most})"),
+                    )],
+                    None => vec![broken(
+                        pointer,
+                        format!("the input has no number at {limit}"),
+                    )],
+                }
+            }
+            Rule::SameAsInput {
+                pointer,
+                input: expected,
+                ..
+            } => {
+                let Some(value) = answer.pointer(pointer) else {
+                    return Vec::new();
+                };
+                match input.pointer(expected) {
+                    Some(wanted) if same(value, wanted) => Vec::new(),
+                    Some(wanted) => vec![broken(
+                        pointer,
+                        format!("is {value}, but the input's {expected} is {wanted}"),
+                    )],
+                    None => vec![broken(
+                        pointer,
+                        format!("the input has nothing at {expected}"),
+                    )],
+                }
+            }
         }
     }
 }
@@ -269,16 +331,53 @@ mod tests {
             tolerance: 0.005,
         };
         let good = json!({"items": [{"amount": 10.5}, {"amount": 4.5}], "subtotal": 15, "tax": 1.5, "total": 16.5});
-        assert!(sum.check(&good, &json!({})).is_empty());
-        assert!(add.check(&good, &json!({})).is_empty());
+        assert!(sum.check(&good, &json!({}), &Value::Null).is_empty());
+        assert!(add.check(&good, &json!({}), &Value::Null).is_empty());
         let bad = json!({"items": [{"amount": 10.5}, {"amount": 4.5}], "subtotal": 16, "tax": 1.5, "total": 16.5});
         assert_eq!(
-            names(sum.check(&bad, &json!({}))),
+            names(sum.check(&bad, &json!({}), &Value::Null)),
             ["/subtotal is 16, but the amount of /items add up to 15"]
         );
         assert_eq!(
-            names(add.check(&bad, &json!({}))),
+            names(add.check(&bad, &json!({}), &Value::Null)),
             ["/total is 16.5, but /subtotal + /tax add up to 17.5"]
+        );
+    }
+
+    #[test]
+    fn rules_on_the_input_hold_where_the_answer_has_nothing_there() {
+        let within = Rule::AtMostInput {
+            name: "refund within the order".into(),
+            pointer: "/arguments/amount".into(),
+            input: "/order/total".into(),
+        };
+        let same = Rule::SameAsInput {
+            name: "the order's currency".into(),
+            pointer: "/arguments/currency".into(),
+            input: "/order/currency".into(),
+        };
+        let input = json!({"order": {"total": 30.0, "currency": "EUR"}});
+        let refund = json!({"tool": "refund", "arguments": {"amount": 30, "currency": "EUR"}});
+        assert!(within.check(&refund, &json!({}), &input).is_empty());
+        assert!(same.check(&refund, &json!({}), &input).is_empty());
+        let too_much = json!({"tool": "refund", "arguments": {"amount": 45.5, "currency": "USD"}});
+        assert_eq!(
+            names(within.check(&too_much, &json!({}), &input)),
+            ["/arguments/amount is 45.5, more than the input's /order/total (30)"]
+        );
+        assert_eq!(
+            names(same.check(&too_much, &json!({}), &input)),
+            ["/arguments/currency is \"USD\", but the input's /order/currency is \"EUR\""]
+        );
+        let text_amount = json!({"tool": "refund", "arguments": {"amount": "30"}});
+        assert_eq!(within.check(&text_amount, &json!({}), &input).len(), 1);
+        let escalate = json!({"tool": "escalate", "arguments": {"queue": "billing"}});
+        assert!(within.check(&escalate, &json!({}), &input).is_empty());
+        assert!(same.check(&escalate, &json!({}), &input).is_empty());
+        assert_eq!(
+            within.check(&refund, &json!({}), &Value::Null).len(),
+            1,
+            "no input, no refund"
         );
     }
 
@@ -301,14 +400,16 @@ mod tests {
             implies
                 .check(
                     &json!({"priority": "low", "needs_human": false}),
-                    &json!({})
+                    &json!({}),
+                    &Value::Null
                 )
                 .is_empty()
         );
         assert_eq!(
             names(implies.check(
                 &json!({"priority": "urgent", "needs_human": false}),
-                &json!({})
+                &json!({}),
+                &Value::Null
             )),
             ["/needs_human when /priority is \"urgent\", /needs_human is true (found false)"]
         );
@@ -318,7 +419,7 @@ mod tests {
         };
         let schema = json!({"properties": {"a": {}, "b": {}}});
         assert_eq!(
-            names(only.check(&json!({"a": 1, "confidence": 0.9}), &schema)),
+            names(only.check(&json!({"a": 1, "confidence": 0.9}), &schema, &Value::Null)),
             ["/confidence `confidence` is an invented top-level key"]
         );
         let currency = Rule::Currency {
@@ -327,12 +428,12 @@ mod tests {
         };
         assert!(
             currency
-                .check(&json!({"currency": "EUR"}), &json!({}))
+                .check(&json!({"currency": "EUR"}), &json!({}), &Value::Null)
                 .is_empty()
         );
         assert_eq!(
             currency
-                .check(&json!({"currency": "EURO"}), &json!({}))
+                .check(&json!({"currency": "EURO"}), &json!({}), &Value::Null)
                 .len(),
             1
         );
@@ -343,12 +444,20 @@ mod tests {
         };
         assert!(
             wording
-                .check(&json!({"summary": "Card charged twice."}), &json!({}))
+                .check(
+                    &json!({"summary": "Card charged twice."}),
+                    &json!({}),
+                    &Value::Null
+                )
                 .is_empty()
         );
         assert_eq!(
             wording
-                .check(&json!({"summary": "card charged twice"}), &json!({}))
+                .check(
+                    &json!({"summary": "card charged twice"}),
+                    &json!({}),
+                    &Value::Null
+                )
                 .len(),
             1
         );

@@ -17,8 +17,11 @@ pub mod pinning;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use surety_contracts::ToolChoice;
 use surety_contracts::{Contract, RenderError, Rendered, Violation};
-use surety_providers::{Capabilities, ChatRequest, ChatResponse, Message, OutputFormat};
+use surety_providers::{
+    Capabilities, ChatRequest, ChatResponse, Message, OutputFormat, ToolPick, ToolRequest, ToolSpec,
+};
 
 /// The messages of a rendered prompt: the system prompt, then the user's.
 pub fn messages(rendered: &Rendered) -> Vec<Message> {
@@ -31,25 +34,46 @@ pub fn messages(rendered: &Rendered) -> Vec<Message> {
 /// The request every call under `contract` sends with `messages` to a
 /// provider that has `capabilities`: the contract's temperature and output
 /// token limit, its seed where the provider declares seeds (determinism is
-/// checked either way), and its output schema.
+/// checked either way), and its output schema — or, for a tool-call
+/// contract, its tools and tool choice.
 pub fn request(
     contract: &Contract,
     messages: Vec<Message>,
     capabilities: &Capabilities,
 ) -> ChatRequest {
+    let output = match &contract.tool_calls {
+        None => OutputFormat::Json {
+            name: contract.output_name.clone(),
+            schema: contract.schema.clone(),
+        },
+        Some(tools) => OutputFormat::Tools(ToolRequest {
+            tools: tools
+                .tools
+                .iter()
+                .map(|t| ToolSpec {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    parameters: t.parameters.clone(),
+                })
+                .collect(),
+            pick: match &tools.choice {
+                ToolChoice::Any => ToolPick::Any,
+                ToolChoice::Named(name) => ToolPick::Named(name.clone()),
+            },
+            parallel: tools.parallel,
+        }),
+    };
     ChatRequest {
         messages,
         temperature: contract.sampling.temperature,
         max_tokens: contract.limits.max_output_tokens,
         seed: contract.sampling.seed.filter(|_| capabilities.seed),
-        output: OutputFormat::Json {
-            name: contract.output_name.clone(),
-            schema: contract.schema.clone(),
-        },
+        output,
     }
 }
 
-/// One step of [`check`], in order: `parse`, `schema`, `rules`.
+/// One step of [`check`], in order: `parse`, `arguments` (a tool-call
+/// contract's), `schema`, `rules`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     pub name: &'static str,
@@ -100,10 +124,13 @@ pub fn describe(v: &Violation) -> String {
     }
 }
 
-/// Judges an answer against its contract: it must be JSON (parse), match the
-/// output schema (every error, with its pointer), and keep the business
-/// rules. The same judgement at certification and at run time.
-pub fn check(contract: &Contract, response: &ChatResponse) -> Checked {
+/// Judges an answer to `input` against its contract: it must be JSON
+/// (parse; for a tool-call contract, the adapter's canonical answer), each
+/// tool call's arguments must match its tool's parameters (arguments),
+/// the answer must match the output schema (every error, with its
+/// pointer), and keep the business rules (which may read the input). The
+/// same judgement at certification and at run time.
+pub fn check(contract: &Contract, input: &Value, response: &ChatResponse) -> Checked {
     let Some(answer) = &response.json else {
         return Checked {
             answer: None,
@@ -117,21 +144,26 @@ pub fn check(contract: &Contract, response: &ChatResponse) -> Checked {
             }],
         };
     };
+    let mut steps = vec![Step {
+        name: "parse",
+        violations: Vec::new(),
+    }];
+    if contract.tool_calls.is_some() {
+        steps.push(Step {
+            name: "arguments",
+            violations: contract.check_arguments(answer),
+        });
+    }
+    steps.push(Step {
+        name: "schema",
+        violations: contract.check_schema(answer),
+    });
+    steps.push(Step {
+        name: "rules",
+        violations: contract.check_rules(answer, input),
+    });
     Checked {
-        steps: vec![
-            Step {
-                name: "parse",
-                violations: Vec::new(),
-            },
-            Step {
-                name: "schema",
-                violations: contract.check_schema(answer),
-            },
-            Step {
-                name: "rules",
-                violations: contract.check_rules(answer),
-            },
-        ],
+        steps,
         answer: Some(answer.clone()),
     }
 }
@@ -149,11 +181,16 @@ pub fn text_digest(text: &str) -> String {
 }
 
 /// The digest of the exact prompts certification sends: every case's
-/// rendered system and user messages, in case order. The router computes it
-/// again from the contract it serves, so a change in rendering (a template
-/// engine upgrade, say) lapses the certificate as an edited template does.
+/// rendered system and user messages, in case order, and a tool-call
+/// contract's tool definitions (they are part of the prompt). The router
+/// computes it again from the contract it serves, so a change in rendering
+/// (a template engine upgrade, say) or an edited tool lapses the
+/// certificate as an edited template does.
 pub fn prompt_digest(contract: &Contract) -> Result<String, RenderError> {
     let mut hash = Sha256::new();
+    if let Some(tools) = &contract.tool_calls {
+        hash.update(format!("tools\0{}\0", tools.definitions()).as_bytes());
+    }
     for case in &contract.cases {
         let rendered = contract.render(&case.input)?;
         hash.update(format!("{}\0{}\0{}\0", case.name, rendered.system, rendered.user).as_bytes());

@@ -699,8 +699,34 @@ async fn openai_chat(
         call: plan.call,
         model: plan.model.clone(),
         prompt_tokens: word_count(&prompt_text(&body)),
+        offers_tools: offers_tools(&body),
     };
     answer(&shared, plan, &headers, &answers).await
+}
+
+/// Whether a request offers tools (`tools`, in every wire format).
+fn offers_tools(body: &Value) -> bool {
+    body["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
+/// The tool calls a reply names, when it is a tool-call contract's
+/// canonical answer (`{"tool", "arguments"}`, or `{"calls": [...]}`): to a
+/// request that offers tools, the fake answers with these calls in its
+/// wire format; anything else is answered as text.
+fn tool_calls_in(text: &str) -> Option<Vec<(String, Value)>> {
+    let answer: Value = serde_json::from_str(text).ok()?;
+    let one = |call: &Value| -> Option<(String, Value)> {
+        let object = call.as_object()?;
+        (object.len() == 2).then_some(())?;
+        Some((
+            call["tool"].as_str()?.to_owned(),
+            call.get("arguments")?.clone(),
+        ))
+    };
+    match answer.get("calls").and_then(Value::as_array) {
+        Some(calls) => calls.iter().map(one).collect(),
+        None => one(&answer).map(|c| vec![c]),
+    }
 }
 
 /// A chat completion.
@@ -708,6 +734,7 @@ struct OpenAiAnswer {
     call: u64,
     model: String,
     prompt_tokens: u64,
+    offers_tools: bool,
 }
 
 impl OpenAiAnswer {
@@ -737,9 +764,33 @@ impl OpenAiAnswer {
     }
 }
 
+impl OpenAiAnswer {
+    /// The answer that calls `calls` (arguments as JSON text, as OpenAI sends them).
+    fn calling(&self, calls: &[(String, Value)], text: &str) -> Value {
+        let mut body = self.ending(None, None, "tool_calls");
+        let message = &mut body["choices"][0]["message"];
+        message["tool_calls"] = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, arguments))| {
+                json!({
+                    "id": format!("call_fake_{}_{i}", self.call),
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments.to_string()},
+                })
+            })
+            .collect();
+        body["usage"]["completion_tokens"] = json!(word_count(text));
+        body
+    }
+}
+
 impl Answers for OpenAiAnswer {
     fn reply(&self, text: &str) -> Value {
-        self.completion(Some(text), None)
+        match tool_calls_in(text).filter(|_| self.offers_tools) {
+            Some(calls) => self.calling(&calls, text),
+            None => self.completion(Some(text), None),
+        }
     }
 
     fn refusal(&self, words: &str) -> Value {
@@ -769,6 +820,7 @@ async fn anthropic_messages(
         call: plan.call,
         model: plan.model.clone(),
         prompt_tokens: word_count(&prompt_text(&body)),
+        offers_tools: offers_tools(&body),
         forced_tool: body["tool_choice"]["name"].as_str().map(str::to_owned),
         prefilled: body["messages"]
             .as_array()
@@ -785,6 +837,7 @@ struct AnthropicAnswer {
     call: u64,
     model: String,
     prompt_tokens: u64,
+    offers_tools: bool,
     forced_tool: Option<String>,
     prefilled: Option<String>,
 }
@@ -809,6 +862,19 @@ impl AnthropicAnswer {
     /// tool called with `text` as its input, or `text` (a prefilled turn
     /// continued, not repeated).
     fn blocks(&self, text: &str) -> (Vec<Value>, &'static str, String) {
+        // A tool-call contract's answer: its calls, as `tool_use` blocks.
+        let calls = tool_calls_in(text)
+            .filter(|_| self.offers_tools && self.forced_tool.as_deref() != Some("answer"));
+        if let Some(calls) = calls {
+            let blocks = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, input))| {
+                    json!({"type": "tool_use", "id": format!("toolu_fake_{}_{i}", self.call), "name": name, "input": input})
+                })
+                .collect();
+            return (blocks, "tool_use", text.to_owned());
+        }
         match (&self.forced_tool, serde_json::from_str::<Value>(text)) {
             (Some(name), Ok(input)) => (
                 vec![
@@ -881,6 +947,7 @@ async fn gemini_generate(
         call: plan.call,
         model: plan.model.clone(),
         prompt_tokens: word_count(&prompt_text(&body)),
+        offers_tools: offers_tools(&body),
     };
     answer(&shared, plan, &headers, &answers).await
 }
@@ -890,6 +957,7 @@ struct GeminiAnswer {
     call: u64,
     model: String,
     prompt_tokens: u64,
+    offers_tools: bool,
 }
 
 impl GeminiAnswer {
@@ -913,8 +981,16 @@ impl Answers for GeminiAnswer {
     }
 
     fn finish(&self, text: &str, reason: &str) -> Value {
+        // A tool-call contract's answer: its calls, as `functionCall` parts.
+        let parts = match tool_calls_in(text).filter(|_| self.offers_tools) {
+            Some(calls) => calls
+                .into_iter()
+                .map(|(name, args)| json!({"functionCall": {"name": name, "args": args}}))
+                .collect(),
+            None => vec![json!({"text": text})],
+        };
         let candidate = json!({
-            "content": {"role": "model", "parts": [{"text": text}]},
+            "content": {"role": "model", "parts": parts},
             "finishReason": reason,
             "index": 0,
         });

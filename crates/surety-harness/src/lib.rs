@@ -331,7 +331,7 @@ impl Certification {
             system_prompt_digest: surety_exchange::system_prompt_digest(contract),
             structured_mode: mode.as_str().to_owned(),
             tokenizer: tokenizer.describe(),
-            lint: lint::lint(&contract.schema, mode),
+            lint: lint::lint_contract(contract, mode),
             cases,
             certified,
         })
@@ -519,7 +519,7 @@ impl Certification {
             ),
         });
         // The router's own check: parse → schema → rules.
-        let checked = surety_exchange::check(contract, &response);
+        let checked = surety_exchange::check(contract, &case.input, &response);
         for step in &checked.steps {
             sample.checks.push(verdict(step.name, &step.violations));
         }

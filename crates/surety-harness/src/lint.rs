@@ -8,6 +8,34 @@
 use serde_json::Value;
 use surety_providers::StructuredMode;
 
+/// What `mode` leaves out of what `contract` sends: its output schema's
+/// keywords, or for a tool-call contract each tool's parameters' (the
+/// tools are sent in the kind's own words, constrained as its
+/// structured-output mode constrains a schema; a mode that sends no schema
+/// sends the parameters unenforced).
+pub fn lint_contract(contract: &surety_contracts::Contract, mode: StructuredMode) -> Vec<String> {
+    let Some(tools) = &contract.tool_calls else {
+        return lint(&contract.schema, mode);
+    };
+    let mut found = Vec::new();
+    for tool in &tools.tools {
+        if mode.dropped_keywords() == ["*"] {
+            found.push(format!(
+                "tool `{}`: `{}` sends its parameters unenforced: the arguments are constrained by the model alone",
+                tool.name,
+                mode.as_str()
+            ));
+            continue;
+        }
+        found.extend(
+            lint(&tool.parameters, mode)
+                .into_iter()
+                .map(|w| format!("tool `{}`: {w}", tool.name)),
+        );
+    }
+    found
+}
+
 /// One warning per keyword the schema uses that `mode` drops, with where.
 pub fn lint(schema: &Value, mode: StructuredMode) -> Vec<String> {
     let dropped = mode.dropped_keywords();
@@ -49,6 +77,30 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_tool_call_contract_is_linted_on_its_tools_parameters() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contracts");
+        let contract = surety_contracts::Contract::load(&root.join("support-action")).unwrap();
+        let strict = lint_contract(&contract, StructuredMode::JsonSchema);
+        assert!(
+            strict.contains(
+                &"tool `escalate`: `json_schema` drops `minLength` at /properties/reason/minLength"
+                    .to_owned()
+            ),
+            "{strict:?}"
+        );
+        let llama = lint_contract(&contract, StructuredMode::JsonObjectSchema);
+        assert!(
+            llama.contains(&"tool `refund`: `json_object_schema` drops `exclusiveMinimum` at /properties/amount/exclusiveMinimum".to_owned()),
+            "{llama:?}"
+        );
+        assert_eq!(
+            lint_contract(&contract, StructuredMode::PromptOnly).len(),
+            3,
+            "one per tool"
+        );
+    }
 
     #[test]
     fn warns_where_a_mode_drops_what_the_schema_relies_on() {

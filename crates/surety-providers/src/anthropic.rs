@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
+use crate::tools::{Arguments, Made};
 use crate::wire::Wire;
 use crate::{
     CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
-    StructuredMode, Usage,
+    StructuredMode, ToolPick, Usage,
 };
 
 /// The API version this adapter speaks.
@@ -98,6 +99,28 @@ impl Wire for AnthropicProvider {
         if !system.is_empty() {
             body["system"] = json!(system.join("\n\n"));
         }
+        if let OutputFormat::Tools(asked) = &request.output {
+            let tools: Vec<Value> = asked
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": t.parameters,
+                    })
+                })
+                .collect();
+            body["tools"] = json!(tools);
+            let mut choice = match &asked.pick {
+                ToolPick::Any => json!({ "type": "any" }),
+                ToolPick::Named(name) => json!({ "type": "tool", "name": name }),
+            };
+            if !asked.parallel {
+                choice["disable_parallel_tool_use"] = json!(true);
+            }
+            body["tool_choice"] = choice;
+        }
         if let OutputFormat::Json { schema, .. } = &request.output {
             match self.config.structured_mode() {
                 StructuredMode::Tool => {
@@ -134,11 +157,17 @@ impl Wire for AnthropicProvider {
         latency: Duration,
     ) -> Result<ChatResponse, ProviderError> {
         let mode = self.config.structured_mode();
+        let asked_tools = matches!(request.output, OutputFormat::Tools(_));
         let mut text = String::new();
         let mut tool_input = None;
+        let mut made = Vec::new();
         for block in wire.content {
             match block {
                 Block::Text { text: t } => text.push_str(&t),
+                Block::ToolUse { name, input } if asked_tools => made.push(Made {
+                    name,
+                    arguments: Arguments::Parsed(input),
+                }),
                 Block::ToolUse { name, input } if name == TOOL_NAME => tool_input = Some(input),
                 Block::ToolUse { name, .. } => {
                     return Err(self
@@ -158,6 +187,13 @@ impl Wire for AnthropicProvider {
         let truncated = finish == crate::Finish::Truncated;
         let json = match (&request.output, mode) {
             (OutputFormat::Text, _) => None,
+            (OutputFormat::Tools(asked), _) => {
+                let answer =
+                    self.http
+                        .tool_answer(asked, made, &text, finish, request.max_tokens)?;
+                text = answer.to_string();
+                Some(answer)
+            }
             (OutputFormat::Json { .. }, StructuredMode::Tool) => {
                 let input = tool_input.ok_or_else(|| {
                     self.http

@@ -68,6 +68,8 @@ pub struct RawProviderConfig {
     pub idempotency_header: Option<String>,
     pub models_endpoint: Option<bool>,
     pub tokenize_endpoint: Option<bool>,
+    /// Whether the server takes tools (an OpenAI-compatible server may not).
+    pub tool_calls: Option<bool>,
     /// Model ids besides `model` (and its dated snapshots) that may answer.
     pub served_models: Option<Vec<String>>,
     /// The most bytes of a response read (default 8 MiB).
@@ -208,6 +210,7 @@ impl ProviderConfig {
         let models_endpoint =
             capability("models_endpoint", kind.models_endpoint, raw.models_endpoint)?;
         let seed = capability("seed", kind.seed, raw.seed)?;
+        let tool_calls = capability("tool_calls", kind.tool_calls, raw.tool_calls)?;
         let tokenizer = match raw.tokenizer.as_deref() {
             None | Some("none") => TokenizerConfig::None,
             Some("server") if tokenize_endpoint => TokenizerConfig::Server,
@@ -267,6 +270,7 @@ impl ProviderConfig {
                 models_endpoint,
                 seed,
                 idempotency_header,
+                tool_calls,
             },
             tokenizer,
             context_window: raw.context_window,
@@ -381,6 +385,7 @@ fn serialize_capabilities<S: serde::Serializer>(
         models_endpoint: bool,
         seed: bool,
         idempotency_header: Option<&'a str>,
+        tool_calls: bool,
     }
     Shown {
         structured_output: &caps.structured_output,
@@ -388,6 +393,7 @@ fn serialize_capabilities<S: serde::Serializer>(
         models_endpoint: caps.models_endpoint,
         seed: caps.seed,
         idempotency_header: caps.idempotency_header.as_deref(),
+        tool_calls: caps.tool_calls,
     }
     .serialize(s)
 }

@@ -19,10 +19,11 @@ use serde_json::{Map, Value, json};
 use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
+use crate::tools::{Arguments, Made};
 use crate::wire::Wire;
 use crate::{
     CallContext, ChatRequest, ChatResponse, FailureKind, OutputFormat, Provider, ProviderError,
-    Role, StructuredMode, Usage,
+    Role, StructuredMode, ToolPick, Usage,
 };
 
 #[derive(Debug)]
@@ -116,11 +117,7 @@ impl Wire for GeminiProvider {
             match self.config.structured_mode() {
                 StructuredMode::ResponseJsonSchema => {
                     generation["responseMimeType"] = json!("application/json");
-                    let mut schema = schema.clone();
-                    if let Some(object) = schema.as_object_mut() {
-                        object.remove("$schema");
-                    }
-                    generation["responseJsonSchema"] = schema;
+                    generation["responseJsonSchema"] = without_schema_uri(schema);
                 }
                 StructuredMode::ResponseSchema => {
                     generation["responseMimeType"] = json!("application/json");
@@ -139,6 +136,31 @@ impl Wire for GeminiProvider {
             }
         }
         let mut body = json!({ "contents": contents, "generationConfig": generation });
+        if let OutputFormat::Tools(asked) = &request.output {
+            // Parameters as JSON Schema, or cut to Google's OpenAPI subset,
+            // as the provider's structured-output mode says for answers.
+            let json_schema = self.config.structured_mode() != StructuredMode::ResponseSchema;
+            let declarations: Vec<Value> = asked
+                .tools
+                .iter()
+                .map(|t| {
+                    let mut declaration = json!({ "name": t.name, "description": t.description });
+                    match json_schema {
+                        true => {
+                            declaration["parametersJsonSchema"] = without_schema_uri(&t.parameters)
+                        }
+                        false => declaration["parameters"] = openapi_subset(&t.parameters),
+                    }
+                    declaration
+                })
+                .collect();
+            body["tools"] = json!([{ "functionDeclarations": declarations }]);
+            let mut calling = json!({ "mode": "ANY" });
+            if let ToolPick::Named(name) = &asked.pick {
+                calling["allowedFunctionNames"] = json!([name]);
+            }
+            body["toolConfig"] = json!({ "functionCallingConfig": calling });
+        }
         if !system.is_empty() {
             body["systemInstruction"] = json!({ "parts": system });
         }
@@ -181,18 +203,35 @@ impl Wire for GeminiProvider {
         )?;
         // The answer is the parts that are not thoughts: a thinking model
         // sends its reasoning as parts flagged `thought`.
-        let text: String = candidate
+        let parts: Vec<WirePart> = candidate
             .content
-            .map(|c| {
-                c.parts
-                    .into_iter()
-                    .filter(|p| p.thought != Some(true))
-                    .filter_map(|p| p.text)
-                    .collect()
-            })
-            .unwrap_or_default();
+            .map(|c| c.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.thought != Some(true))
+            .collect();
+        let mut text = String::new();
+        let mut made = Vec::new();
+        for part in parts {
+            if let Some(t) = part.text {
+                text.push_str(&t);
+            }
+            if let Some(call) = part.function_call {
+                made.push(Made {
+                    name: call.name,
+                    arguments: Arguments::Parsed(call.args.unwrap_or_else(|| json!({}))),
+                });
+            }
+        }
         let json = match &request.output {
             OutputFormat::Text => None,
+            OutputFormat::Tools(asked) => {
+                let answer =
+                    self.http
+                        .tool_answer(asked, made, &text, finish, request.max_tokens)?;
+                text = answer.to_string();
+                Some(answer)
+            }
             OutputFormat::Json { .. } => {
                 Some(
                     self.http
@@ -219,6 +258,15 @@ impl Wire for GeminiProvider {
 
 impl Provider for GeminiProvider {
     crate::wire::provider_methods!();
+}
+
+/// `schema` without its `$schema` URI, which Google's JSON Schema fields refuse.
+fn without_schema_uri(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+    }
+    schema
 }
 
 /// `schema` cut to Google's OpenAPI subset (what the lint says
@@ -275,10 +323,18 @@ struct WireContent {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct WirePart {
     text: Option<String>,
     /// A thinking model's reasoning, not its answer.
     thought: Option<bool>,
+    function_call: Option<WireFunctionCall>,
+}
+
+#[derive(Deserialize)]
+struct WireFunctionCall {
+    name: String,
+    args: Option<Value>,
 }
 
 #[derive(Deserialize)]

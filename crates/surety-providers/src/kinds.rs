@@ -57,6 +57,11 @@ pub struct KindSpec {
     pub models_endpoint: Support,
     /// The header that carries a provider-side idempotency key by default.
     pub idempotency_header: Option<&'static str>,
+    /// Tools offered and called (a tool-call contract), each kind in its
+    /// own words: OpenAI `tools`/`tool_choice` → `message.tool_calls`;
+    /// Anthropic `tools`/`tool_choice` → `tool_use` blocks; Gemini
+    /// `functionDeclarations`/`toolConfig` → `functionCall` parts.
+    pub tool_calls: Support,
     /// Where the answer says why it ended (`finish_reason`, ...).
     pub finish_field: &'static str,
     /// Every finish reason the kind documents, and what it means; any
@@ -80,17 +85,21 @@ pub static OPENAI: KindSpec = KindSpec {
     tokenize_endpoint: Support::Yes { default: false },
     models_endpoint: Support::Yes { default: true },
     idempotency_header: Some("Idempotency-Key"),
+    tool_calls: Support::Yes { default: true },
     finish_field: "finish_reason",
     finish_reasons: &[
         ("stop", Finish::Complete),
+        // The model called a tool of a tool-call request (a named
+        // `tool_choice` ends with `stop`).
+        ("tool_calls", Finish::Complete),
         ("length", Finish::Truncated),
         // Azure OpenAI's content filters (and OpenAI's own moderation).
         ("content_filter", Finish::Refused),
         // Hugging Face TGI's OpenAI-compatible server.
         ("eos_token", Finish::Complete),
         ("stop_sequence", Finish::Complete),
-        // `tool_calls` and `function_call` are not listed: no request of
-        // surety's offers a tool, so an answer that calls one is unknown.
+        // `function_call` (the deprecated functions API) is not listed:
+        // surety offers `tools`, so an answer in the old form is unknown.
     ],
     build: |config, key| Ok(Arc::new(openai::OpenAiProvider::new(config, key)?)),
 };
@@ -109,11 +118,13 @@ pub static ANTHROPIC: KindSpec = KindSpec {
     tokenize_endpoint: Support::No,
     models_endpoint: Support::No,
     idempotency_header: None,
+    tool_calls: Support::Yes { default: true },
     finish_field: "stop_reason",
     finish_reasons: &[
         ("end_turn", Finish::Complete),
         ("stop_sequence", Finish::Complete),
-        // The forced tool of `tool` mode was called: its input is the answer.
+        // The forced tool of `tool` mode was called (its input is the
+        // answer), or a tool of a tool-call request.
         ("tool_use", Finish::Complete),
         ("max_tokens", Finish::Truncated),
         ("model_context_window_exceeded", Finish::Truncated),
@@ -140,6 +151,7 @@ pub static GEMINI: KindSpec = KindSpec {
     tokenize_endpoint: Support::No,
     models_endpoint: Support::No,
     idempotency_header: None,
+    tool_calls: Support::Yes { default: true },
     finish_field: "finishReason",
     finish_reasons: &[
         ("STOP", Finish::Complete),

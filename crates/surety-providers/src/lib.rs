@@ -16,6 +16,7 @@ mod http;
 pub mod kinds;
 pub mod openai;
 mod secret;
+mod tools;
 mod wire;
 
 use std::fmt;
@@ -132,6 +133,37 @@ pub enum OutputFormat {
         name: String,
         schema: Value,
     },
+    /// A call of one of these tools: the answer's JSON is its canonical
+    /// form, `{"tool": <name>, "arguments": {…}}` (with `parallel`,
+    /// `{"calls": [<that>, …]}`).
+    Tools(ToolRequest),
+}
+
+/// A tool the model may call, as it is sent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// The arguments' JSON Schema.
+    pub parameters: Value,
+}
+
+/// Which of the tools the model must call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolPick {
+    /// Any of them, but one of them.
+    Any,
+    /// This one.
+    Named(String),
+}
+
+/// The tools of a tool-call request, which to call, and whether more than
+/// one call may come back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRequest {
+    pub tools: Vec<ToolSpec>,
+    pub pick: ToolPick,
+    pub parallel: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -168,7 +200,8 @@ pub struct Usage {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatResponse {
-    /// The answer's text (for a forced tool call, the tool input as JSON text).
+    /// The answer's text (for a forced tool call, the tool input as JSON
+    /// text; for a tool-call request, the canonical answer as JSON text).
     pub text: String,
     /// The parsed answer, when JSON was asked for.
     pub json: Option<Value>,
@@ -270,6 +303,12 @@ impl Capabilities {
                 "this provider declares no `seed` support; send the request without one",
             ));
         }
+        if matches!(request.output, OutputFormat::Tools(_)) && !self.tool_calls {
+            return Err(ProviderError::not_sent(
+                provider,
+                "this provider declares no tool calls (`tool_calls = false`); a tool-call contract needs them",
+            ));
+        }
         if request.messages.is_empty() {
             return Err(ProviderError::not_sent(
                 provider,
@@ -293,4 +332,6 @@ pub struct Capabilities {
     pub seed: bool,
     /// The header that carries a provider-side idempotency key, if the provider takes one.
     pub idempotency_header: Option<String>,
+    /// Tools can be offered and called (a tool-call contract).
+    pub tool_calls: bool,
 }

@@ -12,10 +12,11 @@ use tokio::sync::OnceCell;
 use crate::config::{ConfigError, ProviderConfig};
 use crate::http::HttpClient;
 use crate::secret::Secret;
+use crate::tools::{Arguments, Made};
 use crate::wire::Wire;
 use crate::{
     BoxFuture, CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
-    StructuredMode, Usage,
+    StructuredMode, ToolPick, Usage,
 };
 
 #[derive(Debug)]
@@ -84,6 +85,36 @@ impl Wire for OpenAiProvider {
         if let Some(seed) = request.seed {
             body["seed"] = json!(seed);
         }
+        if let OutputFormat::Tools(asked) = &request.output {
+            // Strict function schemas where the provider takes strict JSON
+            // schemas (the lint says what that asks of a parameter schema).
+            let strict = self.config.structured_mode() == StructuredMode::JsonSchema;
+            let tools: Vec<Value> = asked
+                .tools
+                .iter()
+                .map(|t| {
+                    let mut function = json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    });
+                    if strict {
+                        function["strict"] = json!(true);
+                    }
+                    json!({ "type": "function", "function": function })
+                })
+                .collect();
+            body["tools"] = json!(tools);
+            body["tool_choice"] = match &asked.pick {
+                ToolPick::Any => json!("required"),
+                ToolPick::Named(name) => {
+                    json!({ "type": "function", "function": { "name": name } })
+                }
+            };
+            if !asked.parallel {
+                body["parallel_tool_calls"] = json!(false);
+            }
+        }
         if let OutputFormat::Json { name, schema } = &request.output {
             match self.config.structured_mode() {
                 StructuredMode::JsonSchema => {
@@ -132,21 +163,35 @@ impl Wire for OpenAiProvider {
             ));
         }
         let text = choice.message.content.unwrap_or_default();
+        let calls = choice.message.tool_calls.unwrap_or_default();
         let finish_reason = choice.finish_reason;
         // A filtered answer is no answer, whatever its JSON; an unknown
         // reason is never taken for one.
         let finish = self
             .http
             .finish(&crate::kinds::OPENAI, finish_reason.as_deref(), None)?;
-        let (json, structured_mode) = match &request.output {
-            OutputFormat::Text => (None, None),
-            OutputFormat::Json { .. } => (
-                Some(
+        let mode = Some(self.config.structured_mode());
+        let (text, json, structured_mode) = match &request.output {
+            OutputFormat::Text => (text, None, None),
+            OutputFormat::Tools(asked) => {
+                let made = calls
+                    .into_iter()
+                    .map(|c| Made {
+                        name: c.function.name,
+                        arguments: Arguments::Text(c.function.arguments),
+                    })
+                    .collect();
+                let answer =
                     self.http
-                        .json_answer(&text, finish, "max_tokens", request.max_tokens)?,
-                ),
-                Some(self.config.structured_mode()),
-            ),
+                        .tool_answer(asked, made, &text, finish, request.max_tokens)?;
+                (answer.to_string(), Some(answer), mode)
+            }
+            OutputFormat::Json { .. } => {
+                let json =
+                    self.http
+                        .json_answer(&text, finish, "max_tokens", request.max_tokens)?;
+                (text, Some(json), mode)
+            }
         };
         // Nothing after this point may fail: the provider has done the work.
         // (The model listing is asked for at certification, never here.)
@@ -282,6 +327,20 @@ struct WireMessage {
     content: Option<String>,
     #[serde(default)]
     refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct WireToolCall {
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+struct WireFunction {
+    name: String,
+    /// The arguments as JSON text, as the model wrote them.
+    arguments: String,
 }
 
 #[derive(Deserialize)]

@@ -75,6 +75,25 @@ impl HttpClient {
         serde_json::from_str(text)
             .map_err(|e| self.bad_response(format!("the answer is not JSON ({e}): {text}")))
     }
+
+    /// A tool-call request's answer: the calls `made` (beside the model's
+    /// `text`) as the canonical answer; refused when the answer was cut at
+    /// the token limit, or when the calls are not what was asked.
+    pub(crate) fn tool_answer(
+        &self,
+        asked: &crate::ToolRequest,
+        made: Vec<crate::tools::Made>,
+        text: &str,
+        finish: Finish,
+        max_tokens: u32,
+    ) -> Result<Value, ProviderError> {
+        if finish == Finish::Truncated {
+            return Err(self.bad_response(format!(
+                "the answer was cut at the token limit ({max_tokens}) before its tool call was whole"
+            )));
+        }
+        crate::tools::canonical(asked, made, text).map_err(|why| self.bad_response(why))
+    }
 }
 
 /// The [`Provider`](crate::Provider) methods of an adapter that speaks a

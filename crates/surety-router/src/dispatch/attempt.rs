@@ -215,6 +215,8 @@ pub(super) struct Judge {
     pub(super) models: Arc<[String]>,
     /// The job's providers, and this attempt's place among them.
     pub(super) providers: Arc<[Eligible]>,
+    /// The job's input, for the contract's rules.
+    pub(super) input: Arc<serde_json::Value>,
     pub(super) place: usize,
     /// The route and the messages its shadow checks send, when the route
     /// has them.
@@ -307,7 +309,7 @@ pub(super) async fn record(
             ))
         }
         Ok(response) => {
-            let checked = surety_exchange::check(contract, &response);
+            let checked = surety_exchange::check(contract, &judge.input, &response);
             match (checked.passed(), checked.answer.clone()) {
                 (true, Some(answer)) => Outcome::Succeeded(Answer {
                     result: answer,

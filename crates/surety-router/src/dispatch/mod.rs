@@ -43,6 +43,9 @@ pub struct Drive {
     /// request is built from them by `surety_exchange::request`, the
     /// harness's own builder, for its provider.
     pub messages: Vec<Message>,
+    /// The job's input: what a rule of the contract may read (a refund
+    /// within the order's total).
+    pub input: Arc<serde_json::Value>,
     /// An attempt already started (with the job, or by a retry), at `providers[0]`.
     pub first: Option<AttemptHandle>,
     /// The route's providers eligible when the job was taken, in order.
@@ -103,6 +106,7 @@ async fn run(state: &AppState, drive: Drive) {
                     served: drive.served.clone(),
                     models: at.models.clone(),
                     providers: drive.providers.clone(),
+                    input: drive.input.clone(),
                     place,
                     shadow: drive
                         .route

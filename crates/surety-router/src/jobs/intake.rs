@@ -191,6 +191,7 @@ pub async fn create_and_dispatch(
             route: intake.route,
             served: intake.served.clone(),
             messages: intake.messages,
+            input: std::sync::Arc::new(job.input.clone()),
             first,
             providers: providers.into(),
         };

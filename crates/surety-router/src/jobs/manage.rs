@@ -59,6 +59,7 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
             route,
             served: served.clone(),
             messages,
+            input: std::sync::Arc::new(job.input.clone()),
             first: Some(handle),
             providers: eligible.into(),
         },

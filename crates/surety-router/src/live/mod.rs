@@ -86,7 +86,7 @@ async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
         let (outcome, detail, answer) = ask(
             state,
             &job.served,
-            &job.messages,
+            (&job.input, &job.messages),
             Some(&job.answer),
             (&provider, &key),
             shadow.timeout,
@@ -137,7 +137,7 @@ fn take_budget(
 async fn ask(
     state: &AppState,
     served: &ServedContract,
-    messages: &[Message],
+    (input, messages): (&Value, &[Message]),
     agree_with: Option<&Value>,
     (provider, key): (&str, &str),
     timeout: Duration,
@@ -170,7 +170,7 @@ async fn ask(
         .live_tokens
         .with_label_values(&[provider, &contract.id])
         .inc_by(tokens);
-    let checked = surety_exchange::check(contract, &response);
+    let checked = surety_exchange::check(contract, input, &response);
     let answer = checked.answer.clone();
     if !checked.passed() {
         return (LiveOutcome::Broke, checked.describe(), answer);
@@ -249,8 +249,15 @@ async fn recheck(
     };
     let messages = surety_exchange::messages(&rendered);
     let key = format!("surety-recheck-{}-{provider}-{}", route.id, case.name);
-    let (mut outcome, mut detail, answer) =
-        ask(state, served, &messages, None, (provider, &key), timeout).await;
+    let (mut outcome, mut detail, answer) = ask(
+        state,
+        served,
+        (&case.input, &messages),
+        None,
+        (provider, &key),
+        timeout,
+    )
+    .await;
     if outcome == LiveOutcome::Kept
         && let Some(answer) = &answer
     {
