@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider, Script};
-use surety_providers::{ChatRequest, Message, OutputFormat};
+use surety_providers::{ChatRequest, Message, OutputFormat, ToolPick, ToolRequest, ToolSpec};
 
 use crate::support::{call, json_request, provider_for};
 
@@ -125,8 +125,23 @@ async fn every_openai_response_the_fake_returns_conforms() {
 /// venv) over `requests` and `responses`; `None` when the venv is absent
 /// outside CI.
 async fn genai_errors(requests: &[Value], responses: &[Value]) -> Option<(String, Vec<String>)> {
-    let python = surety_tests::require("SURETY_OPENAI_SDK_PYTHON", "google-genai")?;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/gemini/validate.py");
+    sdk_errors("gemini", "google-genai", requests, responses).await
+}
+
+/// Runs `tests/data/<dir>/validate.py` (the `sdk`'s types, in the suite's
+/// venv) over `requests` and `responses`: the SDK's version and every
+/// error; `None` when the venv is absent outside CI.
+async fn sdk_errors(
+    dir: &str,
+    sdk: &str,
+    requests: &[Value],
+    responses: &[Value],
+) -> Option<(String, Vec<String>)> {
+    let python = surety_tests::require("SURETY_OPENAI_SDK_PYTHON", sdk)?;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("data")
+        .join(dir)
+        .join("validate.py");
     let mut child = tokio::process::Command::new(python)
         .arg(script)
         .stdin(std::process::Stdio::piped())
@@ -207,24 +222,276 @@ async fn gemini_requests_and_the_fakes_responses_fit_googles_types() {
     assert!(errors[1].contains("confidence"), "{errors:?}");
 }
 
-/// Every kind says what its wire JSON is checked against, or why nothing:
-/// never an omission.
+/// Every kind's wire JSON is checked against its provider's own published
+/// definition, each by another: never an omission.
 #[test]
 fn every_kind_names_its_conformance_check() {
     use crate::support::{Conformance, kinds, row, spec};
-    let checks: Vec<(&str, Conformance)> = kinds()
-        .map(|kind| (kind, row(spec(kind).kind).conformance))
+    let mut checks: Vec<Conformance> = kinds()
+        .map(|kind| row(spec(kind).kind).conformance)
         .collect();
-    assert!(checks.iter().all(|(_, c)| match c {
-        Conformance::Unchecked(why) => why.len() > 20,
-        _ => true,
-    }));
+    let all = checks.len();
+    checks.dedup();
+    assert_eq!(checks.len(), all, "{checks:?}");
     assert_eq!(
-        checks
+        checks,
+        [
+            Conformance::OpenAiDocument,
+            Conformance::AnthropicSdk,
+            Conformance::GoogleGenai
+        ]
+    );
+}
+
+/// A tool-call request: two tools, any of them, one call.
+fn tool_request() -> ChatRequest {
+    let tool = |name: &str, property: &str| ToolSpec {
+        name: name.to_owned(),
+        description: format!("Do `{name}`."),
+        parameters: json!({
+            "type": "object",
+            "properties": {property: {"type": "string"}},
+            "required": [property],
+            "additionalProperties": false,
+        }),
+    };
+    ChatRequest {
+        messages: vec![
+            Message::system("Decide what to do with the order."),
+            Message::user("Order 1042 arrived broken."),
+        ],
+        temperature: 0.0,
+        max_tokens: 64,
+        seed: None,
+        output: OutputFormat::Tools(ToolRequest {
+            tools: vec![tool("refund", "order_id"), tool("escalate", "queue")],
+            pick: ToolPick::Any,
+            parallel: false,
+        }),
+    }
+}
+
+/// A fake that answers a tool-call request with a call of `refund`.
+async fn calling_fake() -> FakeProvider {
+    let call = json!({"tool": "refund", "arguments": {"order_id": "1042"}});
+    FakeProvider::replying(call.to_string()).await.unwrap()
+}
+
+/// `schema` closed: every object schema with `properties` and no
+/// composition refuses a key it does not declare.
+fn closed(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let composed = ["allOf", "anyOf", "oneOf"]
+                .iter()
+                .any(|k| map.contains_key(*k));
+            if map.contains_key("properties")
+                && !composed
+                && !map.contains_key("additionalProperties")
+            {
+                map.insert("additionalProperties".into(), json!(false));
+            }
+            map.values_mut().for_each(closed);
+        }
+        Value::Array(items) => items.iter_mut().for_each(closed),
+        _ => {}
+    }
+}
+
+/// Every error `instance` has against the named definition, closed.
+fn closed_violations(definition: &str, instance: &Value) -> Vec<String> {
+    let mut schema: Value = serde_json::from_str(SCHEMAS).unwrap();
+    closed(&mut schema);
+    schema["$ref"] = json!(format!("#/$defs/{definition}"));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    validator
+        .iter_errors(instance)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect()
+}
+
+#[tokio::test]
+async fn openai_tool_requests_and_the_fakes_tool_calls_conform() {
+    let fake = calling_fake().await;
+    for mode in ["json_schema", "json_object_schema"] {
+        let provider = provider_for(
+            &fake,
+            "openai",
+            &format!("structured_output = [\"{mode}\"]"),
+        );
+        let answer = provider.chat(&tool_request(), &call(1)).await.unwrap();
+        assert_eq!(answer.json.unwrap()["tool"], "refund");
+    }
+    let sent: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    for body in &sent {
+        assert_eq!(
+            violations("CreateChatCompletionRequest", body),
+            Vec::<String>::new(),
+            "{body}"
+        );
+        for tool in body["tools"].as_array().unwrap() {
+            assert_eq!(
+                closed_violations("ChatCompletionTool", tool),
+                Vec::<String>::new(),
+                "{tool}"
+            );
+        }
+        assert_eq!(
+            violations("ChatCompletionToolChoiceOption", &body["tool_choice"]),
+            Vec::<String>::new()
+        );
+    }
+    assert_eq!(
+        sent[0]["tools"][0]["function"]["strict"], true,
+        "strict where the mode is json_schema"
+    );
+    // The fake's answer to it, as OpenAI answers a tool call.
+    let response: Value = reqwest::Client::new()
+        .post(format!("{}/chat/completions", fake.openai_base_url()))
+        .json(&sent[0])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        violations("CreateChatCompletionResponse", &response),
+        Vec::<String>::new(),
+        "{response}"
+    );
+    let tool_call = &response["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(
+        closed_violations("ChatCompletionMessageToolCall", tool_call),
+        Vec::<String>::new()
+    );
+    // An invented field in a tool or a tool call is refused.
+    let mut tool = sent[0]["tools"][0].clone();
+    tool["function"]["confidence"] = json!(0.9);
+    assert!(
+        closed_violations("ChatCompletionTool", &tool)
             .iter()
-            .filter(|(_, c)| !matches!(c, Conformance::Unchecked(_)))
-            .count(),
-        2,
-        "{checks:?}"
+            .any(|e| e.contains("confidence"))
+    );
+    let mut invented = tool_call.clone();
+    invented["function"]["confidence"] = json!(0.9);
+    assert!(
+        closed_violations("ChatCompletionMessageToolCall", &invented)
+            .iter()
+            .any(|e| e.contains("confidence"))
+    );
+}
+
+#[tokio::test]
+async fn gemini_tool_requests_and_the_fakes_function_calls_fit_googles_types() {
+    let fake = calling_fake().await;
+    for mode in ["response_json_schema", "response_schema"] {
+        let provider = provider_for(
+            &fake,
+            "gemini",
+            &format!("structured_output = [\"{mode}\"]"),
+        );
+        let answer = provider.chat(&tool_request(), &call(1)).await.unwrap();
+        assert_eq!(
+            answer.json.unwrap()["arguments"],
+            json!({"order_id": "1042"})
+        );
+    }
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    let declaration = &requests[0]["tools"][0]["functionDeclarations"][0];
+    assert!(
+        declaration["parametersJsonSchema"].is_object(),
+        "{declaration}"
+    );
+    assert!(requests[1]["tools"][0]["functionDeclarations"][0]["parameters"].is_object());
+    let response: Value = reqwest::Client::new()
+        .post(format!(
+            "{}/models/fake-model:generateContent",
+            fake.gemini_base_url()
+        ))
+        .json(&requests[0])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        response["candidates"][0]["content"]["parts"][0]["functionCall"].is_object(),
+        "{response}"
+    );
+    let Some((sdk, errors)) = genai_errors(&requests, std::slice::from_ref(&response)).await else {
+        return;
+    };
+    assert_eq!(errors, Vec::<String>::new(), "google-genai {sdk}");
+    let mut invented = requests[0].clone();
+    invented["tools"][0]["functionDeclarations"][0]["priority"] = json!(1);
+    let mut answer = response.clone();
+    answer["candidates"][0]["content"]["parts"][0]["functionCall"]["confidence"] = json!(0.9);
+    let (_, errors) = genai_errors(&[invented], &[answer]).await.unwrap();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].contains("priority") && errors[1].contains("confidence"),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_requests_and_the_fakes_responses_fit_the_sdks_types() {
+    let fake = calling_fake().await;
+    // Text in each structured-output mode, and a tool-call request.
+    for mode in ["tool", "prefill", "prompt_only"] {
+        let provider = provider_for(
+            &fake,
+            "anthropic",
+            &format!("structured_output = [\"{mode}\"]"),
+        );
+        provider.chat(&json_request(), &call(1)).await.ok();
+        provider.chat(&text_request(), &call(2)).await.unwrap();
+    }
+    let provider = provider_for(&fake, "anthropic", "");
+    let answer = provider.chat(&tool_request(), &call(3)).await.unwrap();
+    assert_eq!(answer.json.unwrap()["tool"], "refund");
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(
+        requests.last().unwrap()["tool_choice"],
+        json!({"type": "any", "disable_parallel_tool_use": true})
+    );
+    let client = reqwest::Client::new();
+    let mut responses = Vec::new();
+    for request in [&requests[0], requests.last().unwrap()] {
+        let response: Value = client
+            .post(format!("{}/v1/messages", fake.anthropic_base_url()))
+            .json(request)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        responses.push(response);
+    }
+    assert_eq!(
+        responses[1]["content"][0]["type"], "tool_use",
+        "{}",
+        responses[1]
+    );
+    let Some((sdk, errors)) = sdk_errors("anthropic", "anthropic", &requests, &responses).await
+    else {
+        return;
+    };
+    assert_eq!(errors, Vec::<String>::new(), "anthropic {sdk}");
+    eprintln!("validated against anthropic {sdk}");
+    let mut invented = requests.last().unwrap().clone();
+    invented["tools"][0]["priority"] = json!(1);
+    let mut answer = responses[1].clone();
+    answer["content"][0]["confidence"] = json!(0.9);
+    let (_, errors) = sdk_errors("anthropic", "anthropic", &[invented], &[answer])
+        .await
+        .unwrap();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].contains("priority") && errors[1].contains("confidence"),
+        "{errors:?}"
     );
 }

@@ -33,8 +33,9 @@ pub enum Conformance {
     OpenAiDocument,
     /// google-genai's pydantic types (`conformance::gemini_requests_and_the_fakes_responses_fit_googles_types`).
     GoogleGenai,
-    /// None yet, and why.
-    Unchecked(&'static str),
+    /// The `anthropic` SDK's types, closed to unknown fields
+    /// (`conformance::anthropic_requests_and_the_fakes_responses_fit_the_sdks_types`).
+    AnthropicSdk,
 }
 
 pub fn row(kind: ProviderKind) -> Row {
@@ -50,9 +51,7 @@ pub fn row(kind: ProviderKind) -> Row {
             unconstrained: "structured_output = [\"prefill\"]",
             // Anthropic takes no seed: a seeded request is refused before sending.
             seed_at: "",
-            conformance: Conformance::Unchecked(
-                "no machine-readable definition of Anthropic's Messages API is installed here; its wire format is checked by the adapter's own tests",
-            ),
+            conformance: Conformance::AnthropicSdk,
         },
         ProviderKind::Gemini => Row {
             base_url: FakeProvider::gemini_base_url,

@@ -13,6 +13,7 @@ mod operator;
 mod scenarios;
 mod sdk;
 mod snapshots;
+mod tools;
 
 surety_tests::both_engines!(scenarios:
     double_click_gets_one_job_and_one_provider_call,
@@ -64,6 +65,7 @@ mod openai_sdk {
     surety_tests::both_engines!(sdk:
         the_official_openai_sdk_gets_its_answer_once,
         the_sdks_idempotency_hook_makes_its_own_retries_one_job,
+        the_official_openai_sdk_gets_a_certified_tool_call_once,
     );
 }
 
@@ -75,5 +77,13 @@ mod live_per_engine {
         an_admin_reinstates_a_demoted_provider_and_only_an_admin,
         a_provider_that_regresses_on_its_cases_is_demoted_by_a_recheck_before_a_job_reaches_it,
         shadow_checks_never_change_a_job,
+    );
+}
+
+/// Tool-call contracts, per engine.
+mod tool_calls {
+    surety_tests::both_engines!(tools:
+        a_tool_call_fails_over_to_another_kind_that_makes_the_same_call,
+        an_agent_loops_tool_history_passes_through_an_output_only_route,
     );
 }

@@ -325,3 +325,102 @@ pub async fn the_sdks_idempotency_hook_makes_its_own_retries_one_job(db: &TestDb
     );
     assert_eq!(fake.calls(), 3, "three jobs, one provider call each");
 }
+
+const TOOL_CLIENT: &str = r#"
+import json, os
+import openai
+from openai import OpenAI
+
+client = OpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=0)
+messages = json.loads(os.environ["MESSAGES"])
+tools = json.loads(os.environ["TOOLS"])
+key = lambda k: {"Idempotency-Key": k}
+seen = {}
+
+def call(k, **more):
+    return client.chat.completions.create(model="support", messages=messages, tools=tools,
+                                          tool_choice="required", extra_headers=key(k), **more)
+
+first = call("sdk-refund-1042")
+message = first.choices[0].message
+seen["finish_reason"] = first.choices[0].finish_reason
+seen["content"] = message.content
+seen["calls"] = [{"id": c.id, "type": c.type, "name": c.function.name,
+                  "arguments": json.loads(c.function.arguments)} for c in message.tool_calls]
+seen["replay_id"] = call("sdk-refund-1042").choices[0].message.tool_calls[0].id
+
+chunks = list(call("sdk-refund-stream", stream=True))
+pieces = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+seen["stream"] = {
+    "chunks": len(chunks),
+    "pieces": len(pieces),
+    "id": next(p.id for p in pieces if p.id),
+    "name": next(p.function.name for p in pieces if p.function and p.function.name),
+    "arguments": json.loads("".join(p.function.arguments or "" for p in pieces if p.function)),
+    "finish": [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason],
+}
+seen["stream_replay_id"] = next(p.id for c in call("sdk-refund-stream", stream=True)
+                                for p in ((c.choices[0].delta.tool_calls or []) if c.choices else []) if p.id)
+
+other = json.loads(json.dumps(tools))
+other[0]["function"]["parameters"]["properties"]["amount"]["type"] = "string"
+try:
+    client.chat.completions.create(model="support", messages=messages, tools=other,
+                                   extra_headers=key("sdk-refund-other"))
+    seen["other_tools"] = None
+except openai.BadRequestError as e:
+    seen["other_tools"] = {"class": type(e).__name__, "message": e.message, "param": e.param}
+print(json.dumps(seen))
+"#;
+
+pub async fn the_official_openai_sdk_gets_a_certified_tool_call_once(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    let router = crate::tools::support_router(db, &[("claude", "anthropic", &fake)]).await;
+    let messages = crate::tools::case_messages("damaged-teapot").to_string();
+    let tools = crate::tools::openai_tools().to_string();
+    let seen = run_client(
+        &python,
+        TOOL_CLIENT,
+        &[
+            ("BASE_URL", &router.base),
+            ("API_KEY", ACME),
+            ("MESSAGES", &messages),
+            ("TOOLS", &tools),
+        ],
+    )
+    .await;
+    let refund =
+        json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"});
+    assert_eq!(seen["finish_reason"], "tool_calls", "{seen}");
+    assert!(seen["content"].is_null(), "{seen}");
+    let call = &seen["calls"][0];
+    assert_eq!(seen["calls"].as_array().unwrap().len(), 1, "{seen}");
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["name"], "refund", "{seen}");
+    assert_eq!(call["arguments"], refund);
+    assert_eq!(
+        seen["replay_id"], call["id"],
+        "a replay has the same call id"
+    );
+    let stream = &seen["stream"];
+    assert_eq!(stream["name"], "refund", "{seen}");
+    assert_eq!(stream["arguments"], refund, "{seen}");
+    assert!(stream["pieces"].as_u64().unwrap() >= 3, "in chunks: {seen}");
+    assert_eq!(stream["finish"], json!(["tool_calls"]));
+    assert_eq!(seen["stream_replay_id"], stream["id"], "{seen}");
+    assert_ne!(stream["id"], call["id"], "another job, another id");
+    assert_eq!(fake.calls(), 2, "one provider call per intent: {seen}");
+    let other = &seen["other_tools"];
+    assert_eq!(other["class"], "BadRequestError", "{seen}");
+    assert_eq!(other["param"], "tools[0]", "{seen}");
+    assert!(
+        other["message"]
+            .as_str()
+            .unwrap()
+            .contains("the tool `refund` differs from the one contract `support-action` certifies"),
+        "{seen}"
+    );
+}

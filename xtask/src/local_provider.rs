@@ -674,12 +674,14 @@ pub fn serve(paths: &Paths, port: Option<u16>) -> Result<()> {
 /// The suite's Python clients, pinned, in a virtualenv of their own in the
 /// cache: the official OpenAI Python SDK (the router's OpenAI-compatible
 /// facade is tested with it), schemathesis (the router's OpenAPI document
-/// is tested with it) and Google's google-genai (the Gemini adapter's
-/// requests and the fake's responses are checked against its types).
-pub const PYTHON_CLIENTS: [&str; 4] = [
+/// is tested with it), Google's google-genai and Anthropic's anthropic (the
+/// Gemini and Anthropic adapters' requests and the fake's responses are
+/// checked against their types).
+pub const PYTHON_CLIENTS: [&str; 5] = [
     "openai==3.51.0",
     "schemathesis==4.32.5",
     "google-genai==3.6.1",
+    "anthropic==2.10.0",
     // Drives Debian's chromium (never downloads a browser of its own).
     "playwright==1.65.2",
 ];

@@ -77,8 +77,9 @@ pub enum Rule {
     /// The string at `pointer` is an active ISO 4217 currency code.
     Currency { name: String, pointer: String },
     /// The number at `pointer` is at most the number at `input` in the
-    /// job's input (a refund within the order's total). Holds where the
-    /// answer has nothing at `pointer` (another tool was called).
+    /// job's input (a refund within the order's total), which may be
+    /// written as text (`"30.00"`: a prompt's variables are text). Holds
+    /// where the answer has nothing at `pointer` (another tool was called).
     AtMostInput {
         name: String,
         pointer: String,
@@ -106,6 +107,11 @@ impl Rule {
             | Rule::AtMostInput { name, .. }
             | Rule::SameAsInput { name, .. } => name,
         }
+    }
+
+    /// Whether the rule reads the job's input, not only the answer.
+    pub fn reads_input(&self) -> bool {
+        matches!(self, Rule::AtMostInput { .. } | Rule::SameAsInput { .. })
     }
 
     /// Checks the rule itself when the contract loads.
@@ -258,7 +264,11 @@ impl Rule {
                 let Some(n) = value.as_f64() else {
                     return vec![broken(pointer, format!("{value} is not a number"))];
                 };
-                match input.pointer(limit).and_then(Value::as_f64) {
+                let most = input.pointer(limit).and_then(|v| match v {
+                    Value::String(text) => text.trim().parse::<f64>().ok(),
+                    other => other.as_f64(),
+                });
+                match most {
                     Some(most) if n <= most => Vec::new(),
                     Some(most) => vec![broken(
                         pointer,
@@ -356,7 +366,7 @@ mod tests {
             pointer: "/arguments/currency".into(),
             input: "/order/currency".into(),
         };
-        let input = json!({"order": {"total": 30.0, "currency": "EUR"}});
+        let input = json!({"order": {"total": "30.00", "currency": "EUR"}});
         let refund = json!({"tool": "refund", "arguments": {"amount": 30, "currency": "EUR"}});
         assert!(within.check(&refund, &json!({}), &input).is_empty());
         assert!(same.check(&refund, &json!({}), &input).is_empty());

@@ -78,19 +78,46 @@ impl Wire for AnthropicProvider {
             .filter(|m| m.role == Role::System)
             .map(|m| m.content.as_str())
             .collect();
-        let mut messages: Vec<Value> = request
-            .messages
-            .iter()
-            .filter(|m| m.role != Role::System)
-            .map(|m| {
-                let role = if m.role == Role::Assistant {
-                    "assistant"
-                } else {
-                    "user"
-                };
-                json!({ "role": role, "content": m.content })
-            })
-            .collect();
+        let mut messages: Vec<Value> = Vec::new();
+        for m in request.messages.iter().filter(|m| m.role != Role::System) {
+            match m.role {
+                Role::Assistant if !m.tool_calls.is_empty() => {
+                    // An earlier turn's calls, as `tool_use` blocks.
+                    let mut blocks = Vec::new();
+                    if !m.content.is_empty() {
+                        blocks.push(json!({ "type": "text", "text": m.content }));
+                    }
+                    for call in &m.tool_calls {
+                        let input: Value =
+                            serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+                        blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": input }));
+                    }
+                    messages.push(json!({ "role": "assistant", "content": blocks }));
+                }
+                Role::Tool => {
+                    // A tool's result is a `tool_result` block of the user's
+                    // turn; results in a row share one turn.
+                    let block = json!({ "type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content });
+                    let joins = messages.last().is_some_and(|last| {
+                        last["role"] == "user" && last["content"][0]["type"] == "tool_result"
+                    });
+                    match (joins, messages.last_mut()) {
+                        (true, Some(last)) => {
+                            if let Some(blocks) = last["content"].as_array_mut() {
+                                blocks.push(block);
+                            }
+                        }
+                        _ => messages.push(json!({ "role": "user", "content": [block] })),
+                    }
+                }
+                Role::Assistant => {
+                    messages.push(json!({ "role": "assistant", "content": m.content }))
+                }
+                Role::User | Role::System => {
+                    messages.push(json!({ "role": "user", "content": m.content }))
+                }
+            }
+        }
         let mut body = json!({
             "model": self.config.model,
             "max_tokens": request.max_tokens,

@@ -98,12 +98,35 @@ impl Wire for GeminiProvider {
             .messages
             .iter()
             .filter(|m| m.role != Role::System)
-            .map(|m| {
-                let role = match m.role {
-                    Role::Assistant => "model",
-                    _ => "user",
-                };
-                json!({ "role": role, "parts": [{ "text": m.content }] })
+            .map(|m| match m.role {
+                Role::Assistant => {
+                    // An earlier turn's calls, as `functionCall` parts.
+                    let mut parts = Vec::new();
+                    if !m.content.is_empty() || m.tool_calls.is_empty() {
+                        parts.push(json!({ "text": m.content }));
+                    }
+                    for call in &m.tool_calls {
+                        let args: Value =
+                            serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+                        parts.push(json!({ "functionCall": { "name": call.name, "args": args } }));
+                    }
+                    json!({ "role": "model", "parts": parts })
+                }
+                Role::Tool => {
+                    // Gemini names the function a result answers, not the call.
+                    let name = request
+                        .messages
+                        .iter()
+                        .flat_map(|earlier| &earlier.tool_calls)
+                        .find(|c| Some(&c.id) == m.tool_call_id.as_ref())
+                        .map_or("", |c| c.name.as_str());
+                    let response = match serde_json::from_str::<Value>(&m.content) {
+                        Ok(object @ Value::Object(_)) => object,
+                        _ => json!({ "result": m.content }),
+                    };
+                    json!({ "role": "user", "parts": [{ "functionResponse": { "name": name, "response": response } }] })
+                }
+                Role::User | Role::System => json!({ "role": "user", "parts": [{ "text": m.content }] }),
             })
             .collect();
         let mut generation = json!({

@@ -100,26 +100,62 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A tool's result, answering an assistant turn's call (an agent
+    /// loop's history, sent through an output-only route).
+    Tool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub role: Role,
     pub content: String,
+    /// An assistant turn's tool calls, as the conversation had them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<CalledTool>,
+    /// A tool turn: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+/// A tool call of an earlier assistant turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalledTool {
+    pub id: String,
+    pub name: String,
+    /// The arguments, as JSON text.
+    pub arguments: String,
 }
 
 impl Message {
-    pub fn system(content: impl Into<String>) -> Message {
+    fn of(role: Role, content: impl Into<String>) -> Message {
         Message {
-            role: Role::System,
+            role,
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
         }
     }
 
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::of(Role::System, content)
+    }
+
     pub fn user(content: impl Into<String>) -> Message {
+        Message::of(Role::User, content)
+    }
+
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<CalledTool>) -> Message {
         Message {
-            role: Role::User,
-            content: content.into(),
+            tool_calls,
+            ..Message::of(Role::Assistant, content)
+        }
+    }
+
+    /// A tool's result for the call `id`.
+    pub fn tool(id: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            tool_call_id: Some(id.into()),
+            ..Message::of(Role::Tool, content)
         }
     }
 }
@@ -308,6 +344,20 @@ impl Capabilities {
                 provider,
                 "this provider declares no tool calls (`tool_calls = false`); a tool-call contract needs them",
             ));
+        }
+        for (i, m) in request.messages.iter().enumerate() {
+            let answered = m.tool_call_id.as_ref().is_some_and(|id| {
+                request.messages[..i]
+                    .iter()
+                    .flat_map(|earlier| &earlier.tool_calls)
+                    .any(|c| &c.id == id)
+            });
+            if m.role == Role::Tool && !answered {
+                return Err(ProviderError::not_sent(
+                    provider,
+                    format!("message {i} is a tool result that answers no earlier tool call"),
+                ));
+            }
         }
         if request.messages.is_empty() {
             return Err(ProviderError::not_sent(

@@ -67,13 +67,32 @@ impl Wire for OpenAiProvider {
         let messages: Vec<Value> = request
             .messages
             .iter()
-            .map(|m| {
-                let role = match m.role {
-                    Role::System => "system",
-                    Role::User => "user",
-                    Role::Assistant => "assistant",
-                };
-                json!({ "role": role, "content": m.content })
+            .map(|m| match m.role {
+                Role::System => json!({ "role": "system", "content": m.content }),
+                Role::User => json!({ "role": "user", "content": m.content }),
+                Role::Assistant if m.tool_calls.is_empty() => {
+                    json!({ "role": "assistant", "content": m.content })
+                }
+                Role::Assistant => {
+                    let calls: Vec<Value> = m
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": { "name": c.name, "arguments": c.arguments },
+                            })
+                        })
+                        .collect();
+                    let content = (!m.content.is_empty()).then_some(&m.content);
+                    json!({ "role": "assistant", "content": content, "tool_calls": calls })
+                }
+                Role::Tool => json!({
+                    "role": "tool",
+                    "tool_call_id": m.tool_call_id,
+                    "content": m.content,
+                }),
             })
             .collect();
         let mut body = json!({

@@ -182,6 +182,19 @@ impl AppState {
             }
         }
         for route in config.routes.values() {
+            let on_input = contracts
+                .get(&route.contract)
+                .and_then(|c| c.contract.rules.iter().find(|r| r.reads_input()));
+            if let (Some(rule), surety_config::Facade::OutputOnly) = (on_input, route.facade) {
+                anyhow::bail!(
+                    "`routes.{}.facade`: contract `{}` has a rule on the job's input (`{}`), and an output-only route's jobs have no contract input (theirs is the whole chat request), so every answer would fail it; serve the route pinned",
+                    route.id,
+                    route.contract,
+                    rule.name()
+                );
+            }
+        }
+        for route in config.routes.values() {
             let unpinnable = contracts
                 .get(&route.contract)
                 .and_then(|c| c.user_template.as_ref().err());

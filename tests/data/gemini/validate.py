@@ -17,6 +17,8 @@ REQUEST_FIELDS = {
     "systemInstruction": types.Content.model_validate,
     "generationConfig": types.GenerationConfig.model_validate,
     "safetySettings": lambda v: [types.SafetySetting.model_validate(s) for s in v],
+    "tools": lambda v: [types.Tool.model_validate(t) for t in v],
+    "toolConfig": types.ToolConfig.model_validate,
 }
 
 given = json.load(sys.stdin)

@@ -303,9 +303,50 @@ pub struct Choice {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AnswerMessage {
     pub role: String,
-    /// The contract's JSON answer, as text.
-    pub content: String,
+    /// The contract's JSON answer, as text; none for a tool-call contract.
+    #[schema(required = true)]
+    pub content: Option<String>,
     pub refusal: Option<String>,
+    /// A tool-call contract's answer: its call (or calls).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallView>>,
+}
+
+/// One tool call of an answer, in OpenAI's words.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallView {
+    /// Derived from the job (and the call's place): a replay has the same.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCallView,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionCallView {
+    pub name: String,
+    /// The arguments, as JSON text.
+    pub arguments: String,
+}
+
+/// A piece of a streamed tool call: its place, then (first) its id, type
+/// and name, then pieces of its arguments.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ToolCallDelta {
+    pub index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -343,6 +384,8 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// `/v1/models`: the routes.

@@ -15,7 +15,7 @@ use surety_store::LiveOutcome;
 use super::session::{operator, to_sign_in};
 use super::views::{
     AttemptCount, AttemptRow, CertificationPage, CertificationRow, Figure, JobPage, JobSummary,
-    LivePage, LiveRow, QueuePage, QueueRow, RaceRow, StateCount,
+    LivePage, LiveRow, QueuePage, QueueRow, RaceRow, StateCount, ToolCallRow,
 };
 use super::{MAX_WAIT_S, QUEUE_LENGTH, page};
 use crate::certification::ServedContract;
@@ -233,6 +233,7 @@ pub(super) async fn job_page(
         created: when(job.created_at_ms),
         input: pretty(&job.input),
         result: job.result.as_ref().map(pretty),
+        tool_calls: tool_calls(&state, &job, pretty),
     };
     page(
         StatusCode::OK,
@@ -244,6 +245,30 @@ pub(super) async fn job_page(
             races,
         },
     )
+}
+
+/// A tool-call contract's answer, a row per call: the tool and its arguments.
+fn tool_calls(
+    state: &AppState,
+    job: &surety_store::Job,
+    pretty: impl Fn(&Value) -> String,
+) -> Vec<ToolCallRow> {
+    let tools = state
+        .inner
+        .contracts
+        .get(&job.contract)
+        .and_then(|served| served.contract.tool_calls.clone());
+    let (Some(tools), Some(answer)) = (tools, &job.result) else {
+        return Vec::new();
+    };
+    tools
+        .calls(answer)
+        .into_iter()
+        .map(|(_, call)| ToolCallRow {
+            tool: call["tool"].as_str().unwrap_or_default().to_owned(),
+            arguments: pretty(&call["arguments"]),
+        })
+        .collect()
 }
 
 pub(super) async fn certification(State(state): State<AppState>, headers: HeaderMap) -> Response {

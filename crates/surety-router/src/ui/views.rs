@@ -93,6 +93,15 @@ pub(super) struct JobSummary {
     /// The input and the answer, as pretty JSON text.
     pub(super) input: String,
     pub(super) result: Option<String>,
+    /// A tool-call contract's answer: each call's tool and its arguments
+    /// (as pretty JSON text).
+    pub(super) tool_calls: Vec<ToolCallRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct ToolCallRow {
+    pub(super) tool: String,
+    pub(super) arguments: String,
 }
 
 #[derive(Debug, Serialize)]

@@ -115,6 +115,9 @@ pub async fn chat_completions(
 pub(super) struct Delivery {
     pub(super) stream: bool,
     pub(super) include_usage: bool,
+    /// The route's contract answers with a tool call: the answer is
+    /// OpenAI's `tool_calls`, not content.
+    pub(super) tool_calls: bool,
 }
 
 /// The caller, authenticated before the body is read (a request without a

@@ -12,8 +12,9 @@ use surety_store::{Attempt, Job};
 
 use super::{Delivery, OpenAiError};
 use crate::http::views::{
-    AnswerMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta, UsageTotals,
-    UsageView, finish_reason,
+    AnswerMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta,
+    FunctionCallView, FunctionDelta, ToolCallDelta, ToolCallView, UsageTotals, UsageView,
+    finish_reason,
 };
 
 /// The job's answer as a chat completion (or its stream), or why there is none.
@@ -33,7 +34,7 @@ pub(super) fn answer(
     };
     match (job.state, &job.result) {
         (JobState::Succeeded, Some(result)) => {
-            let completion = ChatCompletion::of(job, result);
+            let completion = ChatCompletion::of(job, result, delivery.tool_calls);
             Ok(match delivery.stream {
                 true => completion.stream(delivery.include_usage),
                 false => Json(completion).into_response(),
@@ -88,11 +89,50 @@ pub(super) fn answer(
 /// The characters of the answer per chunk of its stream.
 const STREAM_PIECE_CHARS: usize = 24;
 
+/// A tool-call contract's canonical answer (`{"tool", "arguments"}`, or
+/// `{"calls": […]}`) as OpenAI's tool calls, each id derived from the job
+/// and the call's place, so a replay returns the same ids.
+fn tool_calls_of(job: &Job, answer: &serde_json::Value) -> Vec<ToolCallView> {
+    let calls: Vec<&serde_json::Value> = match answer.get("calls").and_then(|c| c.as_array()) {
+        Some(calls) => calls.iter().collect(),
+        None => vec![answer],
+    };
+    let job_hex: String = job.id.0.chars().filter(|c| *c != '-').collect();
+    calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| ToolCallView {
+            id: match i {
+                0 => format!("call_{job_hex}"),
+                i => format!("call_{job_hex}_{i}"),
+            },
+            kind: "function".to_owned(),
+            function: FunctionCallView {
+                name: call["tool"].as_str().unwrap_or_default().to_owned(),
+                arguments: call["arguments"].to_string(),
+            },
+        })
+        .collect()
+}
+
 impl ChatCompletion {
-    /// A succeeded job's answer (`result`) as a chat completion.
-    fn of(job: &Job, result: &serde_json::Value) -> ChatCompletion {
+    /// A succeeded job's answer (`result`) as a chat completion: its JSON
+    /// as content, or a tool-call contract's as `tool_calls`.
+    fn of(job: &Job, result: &serde_json::Value, tool_calls: bool) -> ChatCompletion {
         let usage = UsageView::of(job).unwrap_or_default();
         let (prompt, completion) = (usage.prompt_tokens, usage.completion_tokens);
+        let (content, calls, finish) = match tool_calls {
+            true => (
+                None,
+                Some(tool_calls_of(job, result)),
+                "tool_calls".to_owned(),
+            ),
+            false => (
+                Some(result.to_string()),
+                None,
+                finish_reason(job).unwrap_or_else(|| "stop".to_owned()),
+            ),
+        };
         ChatCompletion {
             id: format!("chatcmpl-{}", job.id),
             object: "chat.completion".to_owned(),
@@ -102,11 +142,12 @@ impl ChatCompletion {
                 index: 0,
                 message: AnswerMessage {
                     role: "assistant".to_owned(),
-                    content: result.to_string(),
+                    content,
                     refusal: None,
+                    tool_calls: calls,
                 },
                 logprobs: None,
-                finish_reason: finish_reason(job).unwrap_or_else(|| "stop".to_owned()),
+                finish_reason: finish,
             }],
             usage: UsageTotals {
                 prompt_tokens: prompt,
@@ -146,17 +187,52 @@ impl ChatCompletion {
                 delta: Delta {
                     role: role.map(str::to_owned),
                     content,
+                    tool_calls: None,
                 },
                 logprobs: None,
                 finish_reason: finish,
             }]
         };
-        let mut events =
-            vec![self.chunk(delta(Some("assistant"), Some(String::new()), None), None)];
-        let chars: Vec<char> = choice.message.content.chars().collect();
-        for piece in chars.chunks(STREAM_PIECE_CHARS) {
-            let text: String = piece.iter().collect();
-            events.push(self.chunk(delta(None, Some(text), None), None));
+        let pieces = |text: &str| -> Vec<String> {
+            let chars: Vec<char> = text.chars().collect();
+            chars
+                .chunks(STREAM_PIECE_CHARS)
+                .map(|piece| piece.iter().collect())
+                .collect()
+        };
+        let mut events = Vec::new();
+        match (&choice.message.content, &choice.message.tool_calls) {
+            (_, Some(calls)) => {
+                // Each call: its id, type and name first, then its
+                // arguments in pieces, as OpenAI streams `delta.tool_calls`.
+                for (i, call) in calls.iter().enumerate() {
+                    let index = u32::try_from(i).unwrap_or(u32::MAX);
+                    let calling = |head: bool, arguments: String| {
+                        let mut chunk =
+                            delta(head.then_some("assistant").filter(|_| i == 0), None, None);
+                        chunk[0].delta.tool_calls = Some(vec![ToolCallDelta {
+                            index,
+                            id: head.then(|| call.id.clone()),
+                            kind: head.then(|| call.kind.clone()),
+                            function: FunctionDelta {
+                                name: head.then(|| call.function.name.clone()),
+                                arguments,
+                            },
+                        }]);
+                        chunk
+                    };
+                    events.push(self.chunk(calling(true, String::new()), None));
+                    for piece in pieces(&call.function.arguments) {
+                        events.push(self.chunk(calling(false, piece), None));
+                    }
+                }
+            }
+            (content, None) => {
+                events.push(self.chunk(delta(Some("assistant"), Some(String::new()), None), None));
+                for piece in pieces(content.as_deref().unwrap_or_default()) {
+                    events.push(self.chunk(delta(None, Some(piece), None), None));
+                }
+            }
         }
         events.push(self.chunk(delta(None, None, Some(choice.finish_reason.clone())), None));
         if include_usage {

@@ -26,6 +26,7 @@ pub(super) fn parameters(
     let mut delivery = Delivery {
         stream: false,
         include_usage: false,
+        tool_calls: contract.tool_calls.is_some(),
     };
     for (name, value) in request {
         match name.as_str() {
@@ -110,6 +111,11 @@ pub(super) fn parameters(
                     ),
                 );
             }
+            "tools" | "tool_choice" | "parallel_tool_calls"
+                if let Some(certified) = &contract.tool_calls =>
+            {
+                pin_tools(name, value, certified, &contract.id)?;
+            }
             "tools" | "tool_choice" | "functions" | "function_call" | "parallel_tool_calls" => {
                 return refuse(
                     name,
@@ -127,6 +133,140 @@ pub(super) fn parameters(
         }
     }
     Ok(delivery)
+}
+
+/// On a tool-call route, `tools`, `tool_choice` and `parallel_tool_calls`
+/// may be sent only as the contract certified them (its tools, equal as
+/// JSON: name, description, parameters; `strict` as the client likes):
+/// anything else is a 400 naming what differs. Absent, the contract's apply.
+fn pin_tools(
+    name: &str,
+    value: &Value,
+    certified: &surety_contracts::ToolCalls,
+    contract: &str,
+) -> Result<(), OpenAiError> {
+    let refuse = |param: String, why: String| {
+        Err(OpenAiError::bad_request(
+            "tools_not_certified",
+            Some(&param),
+            why,
+        ))
+    };
+    if value.is_null() {
+        return Ok(());
+    }
+    match name {
+        "tools" => {
+            let Some(sent) = value.as_array() else {
+                return refuse(name.to_owned(), "`tools` must be a list".to_owned());
+            };
+            for (i, tool) in sent.iter().enumerate() {
+                let function = &tool["function"];
+                let Some(tool_name) = function["name"].as_str() else {
+                    return refuse(
+                        format!("tools[{i}]"),
+                        "a tool is `{\"type\": \"function\", \"function\": {\"name\": …}}`"
+                            .to_owned(),
+                    );
+                };
+                let Some(ours) = certified.tool(tool_name) else {
+                    return refuse(
+                        format!("tools[{i}]"),
+                        format!(
+                            "the tool `{tool_name}` is not one contract `{contract}` certifies"
+                        ),
+                    );
+                };
+                let extra = tool
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|o| o.keys())
+                    .chain(function.as_object().into_iter().flat_map(|o| o.keys()))
+                    .find(|k| {
+                        !matches!(
+                            k.as_str(),
+                            "type" | "function" | "name" | "description" | "parameters" | "strict"
+                        )
+                    });
+                let differs = if tool["type"] != "function" {
+                    Some("its `type` is not `function`".to_owned())
+                } else if let Some(extra) = extra {
+                    Some(format!("it has `{extra}`"))
+                } else if function["description"].as_str() != Some(ours.description.as_str()) {
+                    Some("its `description` differs".to_owned())
+                } else if function["parameters"] != ours.parameters {
+                    Some("its `parameters` differ".to_owned())
+                } else if !(function["strict"].is_null() || function["strict"].is_boolean()) {
+                    Some("its `strict` is not true or false".to_owned())
+                } else {
+                    None
+                };
+                if let Some(why) = differs {
+                    return refuse(
+                        format!("tools[{i}]"),
+                        format!(
+                            "the tool `{tool_name}` differs from the one contract `{contract}` certifies: {why}"
+                        ),
+                    );
+                }
+            }
+            if let Some(missing) = certified.tools.iter().find(|t| {
+                !sent
+                    .iter()
+                    .any(|s| s["function"]["name"].as_str() == Some(t.name.as_str()))
+            }) {
+                return refuse(
+                    name.to_owned(),
+                    format!(
+                        "the tool `{}` of contract `{contract}` is missing: send every certified tool, or none",
+                        missing.name
+                    ),
+                );
+            }
+            if sent.len() != certified.tools.len() {
+                return refuse(
+                    name.to_owned(),
+                    format!(
+                        "`tools` names a tool twice; contract `{contract}` certifies each once"
+                    ),
+                );
+            }
+            Ok(())
+        }
+        "tool_choice" => {
+            let matches = match &certified.choice {
+                surety_contracts::ToolChoice::Any => value == "required",
+                surety_contracts::ToolChoice::Named(tool) => {
+                    value["type"] == "function" && value["function"]["name"].as_str() == Some(tool)
+                }
+            };
+            match matches {
+                true => Ok(()),
+                false => refuse(
+                    name.to_owned(),
+                    format!(
+                        "contract `{contract}` is certified with `tool_choice` {}; send that or none",
+                        match &certified.choice {
+                            surety_contracts::ToolChoice::Any => "`required`".to_owned(),
+                            surety_contracts::ToolChoice::Named(tool) => format!(
+                                "`{{\"type\": \"function\", \"function\": {{\"name\": \"{tool}\"}}}}`"
+                            ),
+                        }
+                    ),
+                ),
+            }
+        }
+        _ => match value.as_bool() {
+            Some(parallel) if parallel == certified.parallel => Ok(()),
+            _ => refuse(
+                name.to_owned(),
+                format!(
+                    "contract `{contract}` is certified with `parallel_tool_calls` {}; send that or none",
+                    certified.parallel
+                ),
+            ),
+        },
+    }
 }
 
 /// The input of the route's contract that renders to exactly `messages`,
@@ -150,8 +290,9 @@ pub(super) fn pin(served: &ServedContract, messages: &[Message]) -> Result<Value
 }
 
 /// The messages of an OpenAI chat request: roles system (or developer),
-/// user and assistant, content as text or text parts. Anything else is
-/// refused by name.
+/// user, assistant (with the `tool_calls` it made, in an agent loop's
+/// history) and tool (a call's result, by `tool_call_id`), content as text
+/// or text parts. Anything else is refused by name.
 pub fn chat_messages(body: &Value) -> Result<Vec<Message>, OpenAiError> {
     let refuse = |param: String, message: String| {
         Err(OpenAiError::bad_request(
@@ -169,11 +310,12 @@ pub fn chat_messages(body: &Value) -> Result<Vec<Message>, OpenAiError> {
             Some("system" | "developer") => Role::System,
             Some("user") => Role::User,
             Some("assistant") => Role::Assistant,
+            Some("tool") => Role::Tool,
             Some(other) => {
                 return refuse(
                     format!("messages[{i}].role"),
                     format!(
-                        "the role `{other}` is not supported; surety takes system, developer, user and assistant messages"
+                        "the role `{other}` is not supported; surety takes system, developer, user, assistant and tool messages"
                     ),
                 );
             }
@@ -184,10 +326,15 @@ pub fn chat_messages(body: &Value) -> Result<Vec<Message>, OpenAiError> {
                 );
             }
         };
-        if let Some(extra) = m.as_object().and_then(|o| {
-            o.keys()
-                .find(|k| !matches!(k.as_str(), "role" | "content" | "name"))
-        }) {
+        let allowed = |k: &str| match role {
+            Role::Assistant => matches!(k, "role" | "content" | "name" | "tool_calls" | "refusal"),
+            Role::Tool => matches!(k, "role" | "content" | "tool_call_id"),
+            _ => matches!(k, "role" | "content" | "name"),
+        };
+        if let Some(extra) = m
+            .as_object()
+            .and_then(|o| o.keys().find(|k| !allowed(k.as_str())))
+        {
             return refuse(
                 format!("messages[{i}].{extra}"),
                 format!("`{extra}` in a message is not supported"),
@@ -213,6 +360,8 @@ pub fn chat_messages(body: &Value) -> Result<Vec<Message>, OpenAiError> {
                 }
                 text
             }
+            // An assistant turn that only called tools has no content.
+            Value::Null if role == Role::Assistant && m["tool_calls"].is_array() => String::new(),
             _ => {
                 return refuse(
                     format!("messages[{i}].content"),
@@ -220,7 +369,59 @@ pub fn chat_messages(body: &Value) -> Result<Vec<Message>, OpenAiError> {
                 );
             }
         };
-        out.push(Message { role, content });
+        let mut message = match role {
+            Role::System => Message::system(content),
+            Role::User => Message::user(content),
+            Role::Assistant => Message::assistant(content, Vec::new()),
+            Role::Tool => {
+                let Some(id) = m["tool_call_id"].as_str() else {
+                    return refuse(
+                        format!("messages[{i}].tool_call_id"),
+                        "a tool message names the call it answers in `tool_call_id`".into(),
+                    );
+                };
+                let answered = out
+                    .iter()
+                    .flat_map(|m: &Message| &m.tool_calls)
+                    .any(|c| c.id == id);
+                if !answered {
+                    return refuse(
+                        format!("messages[{i}].tool_call_id"),
+                        format!(
+                            "`{id}` is not the id of a tool call of an earlier assistant message"
+                        ),
+                    );
+                }
+                Message::tool(id, content)
+            }
+        };
+        if let Some(calls) = m.get("tool_calls").filter(|c| !c.is_null()) {
+            let Some(calls) = calls.as_array() else {
+                return refuse(
+                    format!("messages[{i}].tool_calls"),
+                    "`tool_calls` must be a list".into(),
+                );
+            };
+            for (j, call) in calls.iter().enumerate() {
+                let (Some(id), Some(name), Some(arguments), "function") = (
+                    call["id"].as_str(),
+                    call["function"]["name"].as_str(),
+                    call["function"]["arguments"].as_str(),
+                    call["type"].as_str().unwrap_or("function"),
+                ) else {
+                    return refuse(
+                        format!("messages[{i}].tool_calls[{j}]"),
+                        "a tool call is `{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}`".into(),
+                    );
+                };
+                message.tool_calls.push(surety_providers::CalledTool {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    arguments: arguments.to_owned(),
+                });
+            }
+        }
+        out.push(message);
     }
     if out.is_empty() {
         return refuse("messages".into(), "`messages` is empty".into());
