@@ -277,6 +277,23 @@ async fn calling_fake() -> FakeProvider {
     FakeProvider::replying(call.to_string()).await.unwrap()
 }
 
+/// A tool-call request to a fake that calls `refund`, through a provider
+/// of `kind` declaring each of `modes` in turn: the fake, and what it was sent.
+async fn tools_in_every_mode(kind: &str, modes: &[&str]) -> (FakeProvider, Vec<Value>) {
+    let fake = calling_fake().await;
+    for mode in modes {
+        let provider = provider_for(&fake, kind, &format!("structured_output = [\"{mode}\"]"));
+        let answer = provider.chat(&tool_request(), &call(1)).await.unwrap();
+        let answer = answer.json.unwrap();
+        assert_eq!(
+            answer,
+            json!({"tool": "refund", "arguments": {"order_id": "1042"}})
+        );
+    }
+    let sent = fake.requests().into_iter().map(|r| r.body).collect();
+    (fake, sent)
+}
+
 /// `schema` closed: every object schema with `properties` and no
 /// composition refuses a key it does not declare.
 fn closed(schema: &mut Value) {
@@ -312,17 +329,7 @@ fn closed_violations(definition: &str, instance: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn openai_tool_requests_and_the_fakes_tool_calls_conform() {
-    let fake = calling_fake().await;
-    for mode in ["json_schema", "json_object_schema"] {
-        let provider = provider_for(
-            &fake,
-            "openai",
-            &format!("structured_output = [\"{mode}\"]"),
-        );
-        let answer = provider.chat(&tool_request(), &call(1)).await.unwrap();
-        assert_eq!(answer.json.unwrap()["tool"], "refund");
-    }
-    let sent: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    let (fake, sent) = tools_in_every_mode("openai", &["json_schema", "json_object_schema"]).await;
     for body in &sent {
         assert_eq!(
             violations("CreateChatCompletionRequest", body),
@@ -384,20 +391,8 @@ async fn openai_tool_requests_and_the_fakes_tool_calls_conform() {
 
 #[tokio::test]
 async fn gemini_tool_requests_and_the_fakes_function_calls_fit_googles_types() {
-    let fake = calling_fake().await;
-    for mode in ["response_json_schema", "response_schema"] {
-        let provider = provider_for(
-            &fake,
-            "gemini",
-            &format!("structured_output = [\"{mode}\"]"),
-        );
-        let answer = provider.chat(&tool_request(), &call(1)).await.unwrap();
-        assert_eq!(
-            answer.json.unwrap()["arguments"],
-            json!({"order_id": "1042"})
-        );
-    }
-    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    let (fake, requests) =
+        tools_in_every_mode("gemini", &["response_json_schema", "response_schema"]).await;
     let declaration = &requests[0]["tools"][0]["functionDeclarations"][0];
     assert!(
         declaration["parametersJsonSchema"].is_object(),

@@ -58,6 +58,7 @@ mod operator_pages {
         the_certification_matrix_says_why_a_provider_is_not_eligible,
         an_operator_of_every_owner_sees_and_acts_on_every_owners_jobs,
         a_demoted_provider_shows_its_live_results_and_is_reinstated_behind_a_confirmation,
+        a_tool_call_jobs_page_shows_the_tool_and_its_arguments,
     );
 }
 

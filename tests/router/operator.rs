@@ -793,3 +793,36 @@ pub async fn a_demoted_provider_shows_its_live_results_and_is_reinstated_behind_
         "{metrics}"
     );
 }
+
+/// A tool-call job's page shows the tool it called and its arguments, as text.
+pub async fn a_tool_call_jobs_page_shows_the_tool_and_its_arguments(db: &TestDb) {
+    let fake = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    let router = crate::tools::support_router(db, &[("claude", "anthropic", &fake)]).await;
+    let contract = crate::harness::contract("support-action");
+    let case = contract
+        .cases
+        .iter()
+        .find(|c| c.name == "lawyer-letter")
+        .unwrap();
+    let body = serde_json::json!({"route": "support", "input": case.input});
+    let (_, _, job) = router.create(ACME, "page-tool-1", &body, Some(10)).await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(
+        job["result"]["tool"], "escalate",
+        "the canonical answer: {job}"
+    );
+    let session = admin_session(&router).await;
+    let id = job["id"].as_str().unwrap();
+    let (status, shown) = page(&router, &session, &format!("/ui/jobs/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        shown.contains("Tool call: <strong>escalate</strong>"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("&quot;queue&quot;: &quot;legal&quot;"),
+        "the arguments, as text: {shown}"
+    );
+}

@@ -58,18 +58,6 @@ pub async fn support_router_with(
     providers: &[(&str, &str, &FakeProvider)],
     extra: &str,
 ) -> Router {
-    let now = time::OffsetDateTime::now_utc();
-    let mut manifest = surety_manifest::Manifest::new(now);
-    let mut tables = String::new();
-    for (id, kind, fake) in providers {
-        let (toml, config) = provider(id, kind, fake);
-        tables.push_str(&toml);
-        manifest.entries.push(surety_tests::certified_entry(
-            &config,
-            &contract("support-action"),
-            now + time::Duration::days(1),
-        ));
-    }
     let ids: Vec<String> = providers
         .iter()
         .map(|(id, _, _)| format!("\"{id}\""))
@@ -78,7 +66,30 @@ pub async fn support_router_with(
         "[routes.support]\ncontract = \"support-action\"\nproviders = [{}]\n{extra}",
         ids.join(", ")
     );
-    Router::start_with(db, &tables, &routes, &manifest, "").await
+    certified_router(db, providers, "support-action", &routes).await
+}
+
+/// A router with `routes` and `providers` (id, kind, fake), each certified
+/// for `contract`.
+async fn certified_router(
+    db: &TestDb,
+    providers: &[(&str, &str, &FakeProvider)],
+    contract_id: &str,
+    routes: &str,
+) -> Router {
+    let now = time::OffsetDateTime::now_utc();
+    let mut manifest = surety_manifest::Manifest::new(now);
+    let mut tables = String::new();
+    for (id, kind, fake) in providers {
+        let (toml, config) = provider(id, kind, fake);
+        tables.push_str(&toml);
+        manifest.entries.push(surety_tests::certified_entry(
+            &config,
+            &contract(contract_id),
+            now + time::Duration::days(1),
+        ));
+    }
+    Router::start_with(db, &tables, routes, &manifest, "").await
 }
 
 /// The contract's rendered prompt for case `case`, as chat messages.
@@ -232,24 +243,13 @@ pub async fn an_agent_loops_tool_history_passes_through_an_output_only_route(db:
     let gemini = FakeProvider::start(crate::harness::language_script())
         .await
         .unwrap();
-    let now = time::OffsetDateTime::now_utc();
-    let mut manifest = surety_manifest::Manifest::new(now);
-    let mut tables = String::new();
-    for (id, kind, fake) in [
+    let routes = "[routes.agent]\ncontract = \"language-detect\"\nproviders = [\"gpt\", \"claude\", \"gem\"]\nfacade = \"output-only\"\n";
+    let providers = [
         ("gpt", "openai", &openai),
         ("claude", "anthropic", &anthropic),
         ("gem", "gemini", &gemini),
-    ] {
-        let (toml, config) = provider(id, kind, fake);
-        tables.push_str(&toml);
-        manifest.entries.push(surety_tests::certified_entry(
-            &config,
-            &contract("language-detect"),
-            now + time::Duration::days(1),
-        ));
-    }
-    let routes = "[routes.agent]\ncontract = \"language-detect\"\nproviders = [\"gpt\", \"claude\", \"gem\"]\nfacade = \"output-only\"\n";
-    let router = Router::start_with(db, &tables, routes, &manifest, "").await;
+    ];
+    let router = certified_router(db, &providers, "language-detect", routes).await;
     // An agent loop: the model looked the customer up, the tool answered,
     // and the agent asks for the message's language.
     let messages = json!([
