@@ -13,7 +13,11 @@ const SCHEMAS: &str = include_str!("../data/openai/chat-completions.schema.json"
 
 /// Every error `instance` has against the named definition, with its JSON pointer.
 fn violations(definition: &str, instance: &Value) -> Vec<String> {
-    let mut schema: Value = serde_json::from_str(SCHEMAS).unwrap();
+    violations_of(serde_json::from_str(SCHEMAS).unwrap(), definition, instance)
+}
+
+/// Every error `instance` has against `schema`'s definition `definition`.
+fn violations_of(mut schema: Value, definition: &str, instance: &Value) -> Vec<String> {
     schema["$ref"] = json!(format!("#/$defs/{definition}"));
     let validator = jsonschema::validator_for(&schema).unwrap();
     validator
@@ -101,24 +105,25 @@ async fn every_openai_response_the_fake_returns_conforms() {
     ])))
     .await
     .unwrap();
-    let client = reqwest::Client::new();
     for i in 0..3 {
         let body = json!({"model": "fake-model", "messages": [{"role": "user", "content": format!("call {i}")}]});
-        let response: Value = client
-            .post(format!("{}/chat/completions", fake.openai_base_url()))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let response: Value = answer_of(
+            format!("{}/chat/completions", fake.openai_base_url()),
+            &body,
+        )
+        .await;
         assert_eq!(
             violations("CreateChatCompletionResponse", &response),
             Vec::<String>::new(),
             "{response}"
         );
     }
+}
+
+/// What the fake at `url` answers to `body`.
+async fn answer_of(url: String, body: &Value) -> Value {
+    let response = reqwest::Client::new().post(url).json(body).send().await;
+    response.unwrap().json().await.unwrap()
 }
 
 /// Runs google-genai's types (tests/data/gemini/validate.py, in the suite's
@@ -188,22 +193,17 @@ async fn gemini_requests_and_the_fakes_responses_fit_googles_types() {
     let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
     assert_eq!(requests.len(), 6);
     // The fake's answers: a reply, and a refusal.
-    let client = reqwest::Client::new();
     let mut responses = Vec::new();
     for text in ["say hi", "please refuse"] {
         let body = json!({"contents": [{"role": "user", "parts": [{"text": text}]}]});
-        let response: Value = client
-            .post(format!(
+        let response: Value = answer_of(
+            format!(
                 "{}/models/fake-model:generateContent",
                 fake.gemini_base_url()
-            ))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            ),
+            &body,
+        )
+        .await;
         responses.push(response);
     }
     let Some((sdk, errors)) = genai_errors(&requests, &responses).await else {
@@ -319,12 +319,7 @@ fn closed(schema: &mut Value) {
 fn closed_violations(definition: &str, instance: &Value) -> Vec<String> {
     let mut schema: Value = serde_json::from_str(SCHEMAS).unwrap();
     closed(&mut schema);
-    schema["$ref"] = json!(format!("#/$defs/{definition}"));
-    let validator = jsonschema::validator_for(&schema).unwrap();
-    validator
-        .iter_errors(instance)
-        .map(|e| format!("{}: {e}", e.instance_path()))
-        .collect()
+    violations_of(schema, definition, instance)
 }
 
 #[tokio::test]
@@ -353,15 +348,11 @@ async fn openai_tool_requests_and_the_fakes_tool_calls_conform() {
         "strict where the mode is json_schema"
     );
     // The fake's answer to it, as OpenAI answers a tool call.
-    let response: Value = reqwest::Client::new()
-        .post(format!("{}/chat/completions", fake.openai_base_url()))
-        .json(&sent[0])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let response: Value = answer_of(
+        format!("{}/chat/completions", fake.openai_base_url()),
+        &sent[0],
+    )
+    .await;
     assert_eq!(
         violations("CreateChatCompletionResponse", &response),
         Vec::<String>::new(),
@@ -399,18 +390,14 @@ async fn gemini_tool_requests_and_the_fakes_function_calls_fit_googles_types() {
         "{declaration}"
     );
     assert!(requests[1]["tools"][0]["functionDeclarations"][0]["parameters"].is_object());
-    let response: Value = reqwest::Client::new()
-        .post(format!(
+    let response: Value = answer_of(
+        format!(
             "{}/models/fake-model:generateContent",
             fake.gemini_base_url()
-        ))
-        .json(&requests[0])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+        &requests[0],
+    )
+    .await;
     assert!(
         response["candidates"][0]["content"]["parts"][0]["functionCall"].is_object(),
         "{response}"
@@ -452,18 +439,13 @@ async fn anthropic_requests_and_the_fakes_responses_fit_the_sdks_types() {
         requests.last().unwrap()["tool_choice"],
         json!({"type": "any", "disable_parallel_tool_use": true})
     );
-    let client = reqwest::Client::new();
     let mut responses = Vec::new();
     for request in [&requests[0], requests.last().unwrap()] {
-        let response: Value = client
-            .post(format!("{}/v1/messages", fake.anthropic_base_url()))
-            .json(request)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let response: Value = answer_of(
+            format!("{}/v1/messages", fake.anthropic_base_url()),
+            request,
+        )
+        .await;
         responses.push(response);
     }
     assert_eq!(
