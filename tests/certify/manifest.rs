@@ -200,3 +200,27 @@ fn certifying_one_provider_replaces_only_its_entries() {
         .collect();
     assert_eq!(pairs, [("a", "c3"), ("b", "c1")]);
 }
+
+/// The tool definitions are part of the prompt: editing a tool changes the
+/// prompt digest (and the contract's), so its certificates lapse.
+#[test]
+fn editing_a_tool_changes_the_prompt_digest() {
+    let copy = copy_contracts();
+    let dir = copy.path().join("support-action");
+    let before = Contract::load(&dir).unwrap();
+    let prompts = surety_exchange::prompt_digest(&before).unwrap();
+    let tools = std::fs::read_to_string(dir.join("tools.json")).unwrap();
+    std::fs::write(
+        dir.join("tools.json"),
+        tools.replace("Refund part or all of the order", "Refund the order"),
+    )
+    .unwrap();
+    let after = Contract::load(&dir).unwrap();
+    assert_eq!(
+        after.render(&after.cases[0].input).unwrap(),
+        before.render(&before.cases[0].input).unwrap(),
+        "the rendered messages are the same"
+    );
+    assert_ne!(surety_exchange::prompt_digest(&after).unwrap(), prompts);
+    assert_ne!(after.digest, before.digest);
+}
