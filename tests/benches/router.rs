@@ -89,9 +89,19 @@ async fn run() {
         secs() * 4
     );
     println!(
-        "{:<9} {:<14} {:>10} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10}",
-        "engine", "load", "router/s", "p50", "p99", "direct/s", "p50", "p99", "added p99"
+        "{:<9} {:<14} {:>10} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10} {:>10}",
+        "engine",
+        "load",
+        "router/s",
+        "p50",
+        "p99",
+        "direct/s",
+        "p50",
+        "p99",
+        "added p99",
+        "cpu/job µs"
     );
+    let mut profiled = false;
     // SQLite twice: as shipped (synchronous = NORMAL) and with an fsync per
     // commit, so the durability setting's cost is measured in the same run.
     let engines = [
@@ -130,7 +140,15 @@ async fn run() {
         let base = router.base.clone();
         let counter = Arc::new(AtomicU64::new(0));
         for (label, load) in loads {
+            // With SURETY_PROFILE_OUT, the first cell runs under `perf record`.
+            let profiling = profile(&router, &mut profiled);
+            let cpu_before = router.cpu_seconds();
             let through = drive(&client, load, Target::Router(base.clone()), counter.clone()).await;
+            let cpu_per_job_us =
+                (router.cpu_seconds() - cpu_before) * 1e6 / through.latencies.len().max(1) as f64;
+            if let Some(perf) = profiling {
+                stop_profile(perf, through.latencies.len()).await;
+            }
             let direct = drive(
                 &client,
                 load,
@@ -140,20 +158,22 @@ async fn run() {
             .await;
             let added = through.pct(0.99) - direct.pct(0.99);
             println!(
-                "{name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2}",
+                "{name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2} {:>10.0}",
                 through.rate(),
                 through.pct(0.5),
                 through.pct(0.99),
                 direct.rate(),
                 direct.pct(0.5),
                 direct.pct(0.99),
-                added
+                added,
+                cpu_per_job_us
             );
             cells.push(json!({
                 "engine": name, "load": label,
                 "router": {"per_s": through.rate(), "p50_ms": through.pct(0.5), "p99_ms": through.pct(0.99), "n": through.latencies.len()},
                 "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.latencies.len()},
                 "added_p99_ms": added,
+                "router_cpu_per_job_us": cpu_per_job_us,
             }));
         }
         let rss = router.rss_kib();
@@ -186,6 +206,51 @@ async fn run() {
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     std::fs::write(out, serde_json::to_vec_pretty(&json!({"benchmark": "router", "seconds_per_closed_cell": secs().as_secs_f64(), "seconds_per_open_cell": (secs() * 4).as_secs_f64(), "cells": cells})).unwrap()).unwrap();
     println!("wrote {}", out.display());
+}
+
+/// `perf record` of the router's threads while the first cell runs, when
+/// `SURETY_PROFILE_OUT` names where its data goes (`cargo xtask profile
+/// router`): the `cpu-clock` event (so each sample's period is
+/// nanoseconds of CPU), call graphs by DWARF unwinding, at 999 Hz.
+fn profile(router: &RouterProcess, profiled: &mut bool) -> Option<tokio::process::Child> {
+    let out = std::env::var("SURETY_PROFILE_OUT").ok()?;
+    if std::mem::replace(profiled, true) {
+        return None;
+    }
+    let perf = tokio::process::Command::new("perf")
+        .args([
+            "record",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "999",
+            "--call-graph",
+            "dwarf,16384",
+            "-p",
+        ])
+        .arg(router.pid.to_string())
+        .arg("-o")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("perf record starts (the profile needs Linux perf)");
+    Some(perf)
+}
+
+/// Stops `perf` (SIGINT, so it writes its data out) and says how many jobs
+/// the profile covers, for the per-job figures.
+async fn stop_profile(mut perf: tokio::process::Child, jobs: usize) {
+    if let Some(pid) = perf.id() {
+        let _ = tokio::process::Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .await;
+    }
+    let _ = perf.wait().await;
+    let out = std::env::var("SURETY_PROFILE_OUT").unwrap_or_default();
+    std::fs::write(format!("{out}.jobs"), jobs.to_string()).expect("the profile's job count");
 }
 
 /// Where the shadow cells' idempotency keys start: clear of the main

@@ -164,6 +164,23 @@ impl RouterProcess {
         lines.iter().find(|l| found(l)).cloned().unwrap_or_default()
     }
 
+    /// The CPU time it has used so far, user and system, in seconds
+    /// (`/proc/<pid>/stat`, in the kernel's USER_HZ of 100 per second).
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        // The fields after the command's closing parenthesis; utime and
+        // stime are the 14th and 15th of the line.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        (ticks(11) + ticks(12)) as f64 / 100.0
+    }
+
     /// Its resident memory now, in KiB (`VmRSS`).
     pub fn rss_kib(&self) -> u64 {
         proc_status_kib(self.pid, "VmRSS:")

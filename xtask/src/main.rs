@@ -25,6 +25,7 @@ use anyhow::{Context, Result, bail};
 
 mod local_provider;
 mod openapi;
+mod profile;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
@@ -33,6 +34,10 @@ commands:
   bench store    the store benchmark: jobs/s through the store beside the raw driver
   bench router   the router benchmark: jobs/s and p50/p99 through `surety serve` beside the fake
                  upstream alone, closed and open loop, SQLite and PostgreSQL, and router RSS
+  profile router the release router under `bench router`'s closed 64-client cell on SQLite
+                 (SURETY_BENCH_ENGINES / SURETY_BENCH_CELLS / SURETY_BENCH_SECS choose another),
+                 sampled by Linux perf: target/profile/router.svg (a flame graph) and the
+                 functions that take the most of a job's CPU, in µs per job
   chaos          faults under load against the release `surety serve` on SQLite and PostgreSQL
                  (crash loop, database outage and full, hostile providers and clients, sustained
                  load): one table, target/chaos/report.json; exit 1 if an acknowledged job was
@@ -65,6 +70,7 @@ fn main() -> Result<()> {
         ["bench", "store"] => bench_store(&root),
         ["bench", "router"] => bench_router(&root),
         ["chaos"] => chaos(&root),
+        ["profile", "router"] => profile::router(&root),
         ["local-provider"] => {
             local_provider::serve(&local_provider::Paths::new()?, Some(local_port(&root)?))
         }
@@ -389,7 +395,7 @@ fn chaos(root: &Path) -> Result<()> {
 }
 
 /// Builds `surety` in release and returns its path.
-fn release_surety(root: &Path) -> Result<PathBuf> {
+pub(crate) fn release_surety(root: &Path) -> Result<PathBuf> {
     cargo(
         root,
         &[
@@ -429,14 +435,14 @@ fn chromium() -> Result<PathBuf> {
     Ok(path)
 }
 
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
 }
 
 /// Runs `benches/<name>.rs` of the tests package; its figures go to `target/bench/<name>.json`.
-fn bench(root: &Path, name: &str, env: &[(&str, &std::ffi::OsStr)]) -> Result<()> {
+pub(crate) fn bench(root: &Path, name: &str, env: &[(&str, &std::ffi::OsStr)]) -> Result<()> {
     let out = target_dir(root).join("bench").join(format!("{name}.json"));
     let status = Command::new(cargo_bin())
         .current_dir(root)
