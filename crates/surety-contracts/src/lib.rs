@@ -34,7 +34,7 @@ use sha2::{Digest, Sha256};
 pub use facts::Expectation;
 pub use live::{Judged, Live, Seen};
 pub use rules::{Condition, Rule};
-pub use tools::{Tool, ToolCalls, ToolChoice};
+pub use tools::{Tool, ToolCalls, ToolChoice, calls};
 
 /// What a contract's calls do outside the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -43,6 +43,19 @@ impl ToolChoice {
     }
 }
 
+/// The calls of a canonical answer, each with its pointer: the answer
+/// itself (`{"tool", "arguments"}`), or each of its `calls` (parallel calls).
+pub fn calls(answer: &Value) -> Vec<(String, &Value)> {
+    match answer.get("calls").and_then(Value::as_array) {
+        Some(calls) => calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| (format!("/calls/{i}"), call))
+            .collect(),
+        None => vec![(String::new(), answer)],
+    }
+}
+
 /// A tool-call contract's tools, validated.
 #[derive(Debug, Clone)]
 pub struct ToolCalls {
@@ -132,23 +145,11 @@ impl ToolCalls {
         })
     }
 
-    /// The calls of a canonical answer, each with its pointer.
-    pub fn calls<'a>(&self, answer: &'a Value) -> Vec<(String, &'a Value)> {
-        match (self.parallel, answer.get("calls").and_then(Value::as_array)) {
-            (true, Some(calls)) => calls
-                .iter()
-                .enumerate()
-                .map(|(i, call)| (format!("/calls/{i}"), call))
-                .collect(),
-            _ => vec![(String::new(), answer)],
-        }
-    }
-
     /// Every call's arguments against its tool's parameters (check
     /// `arguments`), each violation with its pointer into the answer.
     pub fn check_arguments(&self, answer: &Value) -> Vec<Violation> {
         let mut found = Vec::new();
-        for (at, call) in self.calls(answer) {
+        for (at, call) in calls(answer) {
             let violation = |pointer: String, message: String| Violation {
                 check: "arguments".to_owned(),
                 pointer,

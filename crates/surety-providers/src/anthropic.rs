@@ -88,9 +88,7 @@ impl Wire for AnthropicProvider {
                         blocks.push(json!({ "type": "text", "text": m.content }));
                     }
                     for call in &m.tool_calls {
-                        let input: Value =
-                            serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
-                        blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": input }));
+                        blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments_json() }));
                     }
                     messages.push(json!({ "role": "assistant", "content": blocks }));
                 }

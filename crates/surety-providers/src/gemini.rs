@@ -106,19 +106,16 @@ impl Wire for GeminiProvider {
                         parts.push(json!({ "text": m.content }));
                     }
                     for call in &m.tool_calls {
-                        let args: Value =
-                            serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
-                        parts.push(json!({ "functionCall": { "name": call.name, "args": args } }));
+                        parts.push(json!({ "functionCall": { "name": call.name, "args": call.arguments_json() } }));
                     }
                     json!({ "role": "model", "parts": parts })
                 }
                 Role::Tool => {
                     // Gemini names the function a result answers, not the call.
-                    let name = request
-                        .messages
-                        .iter()
-                        .flat_map(|earlier| &earlier.tool_calls)
-                        .find(|c| Some(&c.id) == m.tool_call_id.as_ref())
+                    let name = m
+                        .tool_call_id
+                        .as_deref()
+                        .and_then(|id| crate::called(&request.messages, id))
                         .map_or("", |c| c.name.as_str());
                     let response = match serde_json::from_str::<Value>(&m.content) {
                         Ok(object @ Value::Object(_)) => object,

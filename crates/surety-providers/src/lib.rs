@@ -126,6 +126,23 @@ pub struct CalledTool {
     pub arguments: String,
 }
 
+impl CalledTool {
+    /// The arguments as JSON, for the kinds that send them parsed (an
+    /// empty object where the history's text is not JSON).
+    pub fn arguments_json(&self) -> Value {
+        serde_json::from_str(&self.arguments).unwrap_or_else(|_| serde_json::json!({}))
+    }
+}
+
+/// The tool call of `earlier` turns whose id is `id`: what a tool result
+/// answers.
+pub fn called<'a>(earlier: &'a [Message], id: &str) -> Option<&'a CalledTool> {
+    earlier
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .find(|c| c.id == id)
+}
+
 impl Message {
     fn of(role: Role, content: impl Into<String>) -> Message {
         Message {
@@ -346,12 +363,10 @@ impl Capabilities {
             ));
         }
         for (i, m) in request.messages.iter().enumerate() {
-            let answered = m.tool_call_id.as_ref().is_some_and(|id| {
-                request.messages[..i]
-                    .iter()
-                    .flat_map(|earlier| &earlier.tool_calls)
-                    .any(|c| &c.id == id)
-            });
+            let answered = m
+                .tool_call_id
+                .as_ref()
+                .is_some_and(|id| called(&request.messages[..i], id).is_some());
             if m.role == Role::Tool && !answered {
                 return Err(ProviderError::not_sent(
                     provider,

@@ -191,7 +191,7 @@ pub async fn create_and_dispatch(
             route: intake.route,
             served: intake.served.clone(),
             messages: intake.messages,
-            input: std::sync::Arc::new(job.input.clone()),
+            input: std::sync::Arc::new(intake.job.input),
             first,
             providers: providers.into(),
         };

@@ -59,7 +59,7 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
             route,
             served: served.clone(),
             messages,
-            input: std::sync::Arc::new(job.input.clone()),
+            input: std::sync::Arc::new(job.input),
             first: Some(handle),
             providers: eligible.into(),
         },

@@ -18,7 +18,6 @@ use super::views::{
     LivePage, LiveRow, QueuePage, QueueRow, RaceRow, StateCount, ToolCallRow,
 };
 use super::{MAX_WAIT_S, QUEUE_LENGTH, page};
-use crate::certification::ServedContract;
 use crate::http::error::ApiError;
 use crate::http::extract::job_id;
 use crate::metrics::Metrics;
@@ -253,16 +252,15 @@ fn tool_calls(
     job: &surety_store::Job,
     pretty: impl Fn(&Value) -> String,
 ) -> Vec<ToolCallRow> {
-    let tools = state
+    let tool_contract = state
         .inner
         .contracts
         .get(&job.contract)
-        .and_then(|served| served.contract.tool_calls.clone());
-    let (Some(tools), Some(answer)) = (tools, &job.result) else {
+        .is_some_and(|served| served.contract.tool_calls.is_some());
+    let (true, Some(answer)) = (tool_contract, &job.result) else {
         return Vec::new();
     };
-    tools
-        .calls(answer)
+    surety_contracts::calls(answer)
         .into_iter()
         .map(|(_, call)| ToolCallRow {
             tool: call["tool"].as_str().unwrap_or_default().to_owned(),
@@ -296,8 +294,15 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
             let Some((provider, served)) = state.inner.configured(provider, &route.contract) else {
                 continue;
             };
-            let live = match live_window(&state, provider, served).await {
-                Ok(window) => summary(&window),
+            // The window's outcomes are enough here: its verdicts, no JSON.
+            let contract = &served.contract;
+            let verdicts = state
+                .inner
+                .store
+                .live_verdicts(provider, &contract.id, contract.live.window)
+                .await;
+            let live = match verdicts {
+                Ok(window) => summary(&window.iter().map(|v| v.outcome).collect::<Vec<_>>()),
                 Err(e) => return ApiError::from(e).into_response(),
             };
             rows.push(CertificationRow {
@@ -342,23 +347,9 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
     )
 }
 
-/// The newest live results of `provider` for the contract: as many as its
-/// `[live] window`, newest first.
-async fn live_window(
-    state: &AppState,
-    provider: &str,
-    served: &ServedContract,
-) -> Result<Vec<surety_store::LiveResult>, surety_store::StoreError> {
-    let contract = &served.contract;
-    state
-        .inner
-        .store
-        .live_window(provider, &contract.id, contract.live.window)
-        .await
-}
-
-/// A window of live results in a sentence: `3 kept, 1 broke of the last 4 live checks`.
-fn summary(window: &[surety_store::LiveResult]) -> String {
+/// A window of live results' outcomes in a sentence: `3 kept, 1 broke of
+/// the last 4 live checks`.
+fn summary(window: &[LiveOutcome]) -> String {
     if window.is_empty() {
         return "no live checks yet".to_owned();
     }
@@ -370,7 +361,7 @@ fn summary(window: &[surety_store::LiveResult]) -> String {
     ]
     .iter()
     .filter_map(|outcome| {
-        let n = window.iter().filter(|r| r.outcome == *outcome).count();
+        let n = window.iter().filter(|seen| *seen == outcome).count();
         (n > 0).then(|| format!("{n} {}", outcome.as_str()))
     })
     .collect();
@@ -394,14 +385,13 @@ fn cost(state: &AppState, route: &str, provider: &str, contract: &str) -> String
         .get(route)
         .and_then(|r| r.shadow.as_ref())
         .map_or(0, |s| s.hourly_budget);
-    let spent = state
+    let (spent, share) = state
         .inner
         .budgets
         .spent()
         .into_iter()
         .find(|s| s.route == route && s.provider == provider)
-        .map_or(0, |s| s.calls);
-    let share = f64::from(spent) / f64::from(hourly.max(1)) * 100.0;
+        .map_or((0, 0.0), |s| (s.calls, s.share() * 100.0));
     format!(
         "calls: {calls}, tokens: {tokens} (since this router started); budget: {spent} of the route's {hourly} calls this hour ({share:.0} %)"
     )
@@ -434,22 +424,22 @@ pub(super) async fn live_page(
     let (status, reason) = certification.map_or(("missing".to_owned(), String::new()), |c| {
         (c.status.clone(), c.reason.clone())
     });
-    let window = match live_window(&state, provider, served).await {
+    let window = state
+        .inner
+        .store
+        .live_window(provider, contract, served.contract.live.window)
+        .await;
+    let window = match window {
         Ok(window) => window,
         Err(e) => return ApiError::from(e).into_response(),
     };
-    let routes: Vec<&str> = state
-        .inner
-        .routes
-        .values()
-        .filter(|r| r.contract == *contract && r.providers.iter().any(|p| p == provider))
-        .map(|r| r.id.as_str())
-        .collect();
+    // Each route of this contract through this provider that runs live checks.
     let costs = state
         .inner
         .routes
         .values()
-        .filter(|r| routes.contains(&r.id.as_str()) && r.shadow.is_some())
+        .filter(|r| r.contract == *contract && r.shadow.is_some())
+        .filter(|r| r.providers.iter().any(|p| p == provider))
         .map(|r| {
             format!(
                 "route {}: {}",
@@ -479,7 +469,7 @@ pub(super) async fn live_page(
             demoted: status == "demoted",
             status,
             reason,
-            summary: summary(&window),
+            summary: summary(&window.iter().map(|r| r.outcome).collect::<Vec<_>>()),
             costs,
             results,
         },

@@ -93,15 +93,11 @@ const STREAM_PIECE_CHARS: usize = 24;
 /// `{"calls": […]}`) as OpenAI's tool calls, each id derived from the job
 /// and the call's place, so a replay returns the same ids.
 fn tool_calls_of(job: &Job, answer: &serde_json::Value) -> Vec<ToolCallView> {
-    let calls: Vec<&serde_json::Value> = match answer.get("calls").and_then(|c| c.as_array()) {
-        Some(calls) => calls.iter().collect(),
-        None => vec![answer],
-    };
     let job_hex: String = job.id.0.chars().filter(|c| *c != '-').collect();
-    calls
+    surety_contracts::calls(answer)
         .into_iter()
         .enumerate()
-        .map(|(i, call)| ToolCallView {
+        .map(|(i, (_, call))| ToolCallView {
             id: match i {
                 0 => format!("call_{job_hex}"),
                 i => format!("call_{job_hex}_{i}"),

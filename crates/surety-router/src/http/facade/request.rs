@@ -380,11 +380,7 @@ pub fn chat_messages(body: &Value) -> Result<Vec<Message>, OpenAiError> {
                         "a tool message names the call it answers in `tool_call_id`".into(),
                     );
                 };
-                let answered = out
-                    .iter()
-                    .flat_map(|m: &Message| &m.tool_calls)
-                    .any(|c| c.id == id);
-                if !answered {
+                if surety_providers::called(&out, id).is_none() {
                     return refuse(
                         format!("messages[{i}].tool_call_id"),
                         format!(
