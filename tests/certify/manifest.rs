@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use surety_contracts::Contract;
-use surety_manifest::{Current, Eligibility, Manifest, ManifestError, Status};
+use surety_manifest::{Behaviour, Current, Eligibility, Manifest, ManifestError, Status};
 use time::OffsetDateTime;
 
 use crate::{contracts_dir, script_for};
@@ -25,7 +24,7 @@ fn copy_contracts() -> tempfile::TempDir {
 }
 
 /// What an entry of provider `behaviour` for `contract` must match now.
-fn now_is<'a>(contract: &'a Contract, prompts: &'a str, behaviour: &'a Value) -> Current<'a> {
+fn now_is<'a>(contract: &'a Contract, prompts: &'a str, behaviour: &'a Behaviour) -> Current<'a> {
     Current {
         contract_digest: &contract.digest,
         prompt_digest: prompts,
@@ -69,7 +68,7 @@ async fn editing_a_contract_changes_its_digest_and_makes_its_certification_stale
     let before = Contract::load(&dir).unwrap();
     let now = OffsetDateTime::now_utc();
     let (manifest, config) = certified_manifest(&before, now).await;
-    let behaviour = config.behaviour();
+    let behaviour = Behaviour::new(config.behaviour());
     let prompts = surety_exchange::prompt_digest(&before).unwrap();
     let current = now_is(&before, &prompts, &behaviour);
     assert_eq!(manifest.entries[0].status, Status::Certified);

@@ -247,7 +247,32 @@ pub struct Current<'a> {
     pub contract_digest: &'a str,
     pub prompt_digest: &'a str,
     /// The provider's behaviour object (see `Entry::provider_config`).
-    pub provider: &'a Value,
+    pub provider: &'a Behaviour,
+}
+
+/// A provider's behaviour object with its fingerprint, hashed once (the
+/// router asks for eligibility at every attempt; the behaviour is fixed
+/// for as long as the configuration is).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Behaviour {
+    value: Value,
+    fingerprint: String,
+}
+
+impl Behaviour {
+    pub fn new(value: Value) -> Behaviour {
+        let fingerprint = fingerprint(&value);
+        Behaviour { value, fingerprint }
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// `sha256:` and the hex of the JCS form's hash.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
 }
 
 /// The fields of two behaviour objects that differ, in key order.
@@ -423,8 +448,8 @@ impl Manifest {
                 certified_digest: entry.prompt_digest.clone(),
             };
         }
-        if entry.provider_fingerprint != fingerprint(current.provider) {
-            let mut changes = changes(&entry.provider_config, current.provider);
+        if entry.provider_fingerprint != current.provider.fingerprint() {
+            let mut changes = changes(&entry.provider_config, current.provider.value());
             if let (Some(configured), Some(url)) = (
                 &entry.base_url_override,
                 changes.iter_mut().find(|c| c.field == "base_url"),
@@ -439,7 +464,7 @@ impl Manifest {
                 changes.push(Change {
                     field: "fingerprint".to_owned(),
                     certified: entry.provider_fingerprint.clone(),
-                    current: fingerprint(current.provider),
+                    current: current.provider.fingerprint().to_owned(),
                 });
             }
             return Eligibility::ProviderChanged { changes };

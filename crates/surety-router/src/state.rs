@@ -212,7 +212,7 @@ impl AppState {
             .map(|(id, p)| {
                 let served = ServedProvider {
                     adapter: surety_providers::build_provider(p)?,
-                    behaviour: p.behaviour(),
+                    behaviour: surety_manifest::Behaviour::new(p.behaviour()),
                     config: p.clone(),
                 };
                 Ok((id.clone(), served))

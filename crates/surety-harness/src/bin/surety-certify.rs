@@ -396,7 +396,8 @@ fn verify(args: &VerifyArgs) -> Result<bool> {
                 let behaviour = match &providers {
                     None => Some(entry.provider_config.clone()),
                     Some(providers) => providers.get(&entry.provider).map(|p| p.behaviour()),
-                };
+                }
+                .map(surety_manifest::Behaviour::new);
                 match behaviour {
                     None => format!(
                         "NOT CURRENT: no provider `{}` in the configuration",

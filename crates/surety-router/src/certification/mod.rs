@@ -26,7 +26,7 @@ pub use manifest::ManifestHolder;
 pub struct ServedProvider {
     pub adapter: Arc<dyn Provider>,
     pub config: ProviderConfig,
-    pub behaviour: serde_json::Value,
+    pub behaviour: surety_manifest::Behaviour,
 }
 
 /// A contract as the router serves it, with what is computed from it once:
