@@ -21,6 +21,7 @@ surety_tests::both_engines!(scenarios:
     cancel_resolves_unknown_and_the_late_result_loses,
     cancelling_one_attempt_leaves_the_other_open_attempt_alone,
     reverse_order_finish_first_finisher_wins,
+    the_winning_commits_view_is_what_a_read_returns,
     the_schema_refuses_a_second_open_attempt_and_an_unallowed_hedge,
     two_owners_same_key_get_two_private_jobs,
     reaper_turns_expired_leases_unknown_and_late_heartbeats_change_nothing,

@@ -481,6 +481,52 @@ pub async fn reverse_order_finish_first_finisher_wins(db: &TestDb) {
     check_attempt_refused(&again, AttemptState::Lost, None);
 }
 
+/// What the router answers a waiting request with, without reading the
+/// job again: the job and its attempts as the winning commit left them,
+/// where the engine reads them in that write (SQLite) — exactly what a
+/// read returns afterwards; with a hedge still open, that open attempt too.
+pub async fn the_winning_commits_view_is_what_a_read_returns(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let hedged = hedgeable_job("acme", "view-1", json!({"text": "hola"}));
+    let (Created::New(job), Some(a)) = store
+        .create_and_start(&hedged, &start("primary", Slot::Primary))
+        .await
+        .unwrap()
+    else {
+        panic!("expected a new job with its first attempt")
+    };
+    let b = store
+        .start_attempt(&acme, &job.id, &start("fallback", Slot::Hedge))
+        .await
+        .unwrap();
+    let (won, attempts) = store
+        .finish_attempt_settled(&b, Outcome::Succeeded(json!({"lang": "es"}).into()))
+        .await
+        .unwrap();
+    let Finish::Won(won) = won else {
+        panic!("the hedge should win")
+    };
+    let (read, read_attempts) = store.job_and_attempts(&acme, &job.id).await.unwrap();
+    assert_eq!(*won, read, "the winning commit's job is the job as read");
+    match db.engine {
+        surety_tests::Engine::Sqlite => {
+            let attempts = attempts.expect("SQLite reads the attempts in the winning write");
+            assert_eq!(attempts, read_attempts);
+            let states: Vec<_> = attempts.iter().map(|x| (x.ordinal, x.state)).collect();
+            assert_eq!(
+                states,
+                [
+                    (a.ordinal, AttemptState::Started),
+                    (b.ordinal, AttemptState::Succeeded)
+                ],
+                "the primary is still open: the view says so"
+            );
+        }
+        surety_tests::Engine::Postgres => assert_eq!(attempts, None),
+    }
+}
+
 pub async fn the_schema_refuses_a_second_open_attempt_and_an_unallowed_hedge(db: &TestDb) {
     let store = db.store().await;
     let acme = owner("acme");

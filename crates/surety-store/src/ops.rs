@@ -315,6 +315,35 @@ pub(crate) async fn complete<C: Conn>(
     Ok(Finish::Lost { winner })
 }
 
+/// As [`complete`]; when the attempt won, also the job's attempts as the
+/// same write leaves them, read in its transaction.
+pub(crate) async fn complete_with_attempts<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    handle: &AttemptHandle,
+    answer: &Answer,
+) -> Result<(Finish, Option<Vec<Attempt>>), StoreError> {
+    let finish = complete(c, sql, handle, answer).await?;
+    let attempts = match finish {
+        Finish::Won(_) => Some(attempts_of(c, sql, &handle.job_id).await?),
+        Finish::Lost { .. } | Finish::Failed => None,
+    };
+    Ok((finish, attempts))
+}
+
+/// A job's attempts, in order.
+async fn attempts_of<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+) -> Result<Vec<Attempt>, StoreError> {
+    c.rows(&sql.select_attempts, &[Text(&job_id.0)])
+        .await?
+        .iter()
+        .map(|row| attempt_from(row))
+        .collect()
+}
+
 /// The compare-and-swap in one statement, where the engine has it
 /// (`Sql::complete_and_close`): the job when the attempt won, `None` when
 /// it did not (and nothing changed), for [`complete`] to record the loss.

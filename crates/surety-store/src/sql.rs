@@ -28,6 +28,8 @@ pub struct Sql {
     pub insert_attempt: String,
     pub select_open_attempt: String,
     pub select_attempt: String,
+    /// A job's attempts, in order.
+    pub select_attempts: String,
     /// The owner's job's columns, then an attempt's (NULL without one), a
     /// row per attempt in order.
     pub select_job_with_attempts: String,
@@ -180,6 +182,9 @@ impl Sql {
             ),
             select_attempt: fill(
                 "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal = $2",
+            ),
+            select_attempts: fill(
+                "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 ORDER BY ordinal",
             ),
             select_job_with_attempts: fill(
                 "SELECT {j.job_columns}, {a.attempt_columns} \

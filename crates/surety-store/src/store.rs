@@ -353,8 +353,20 @@ impl Store {
         handle: &AttemptHandle,
         outcome: Outcome,
     ) -> Result<Finish, StoreError> {
+        Ok(self.finish_attempt_settled(handle, outcome).await?.0)
+    }
+
+    /// As [`Store::finish_attempt`]; when the attempt won, also the job's
+    /// attempts as the winning commit left them, where the engine reads
+    /// them in that write at no extra visit (SQLite: the writer's own
+    /// connection, whose pages are warm); `None` elsewhere.
+    pub async fn finish_attempt_settled(
+        &self,
+        handle: &AttemptHandle,
+        outcome: Outcome,
+    ) -> Result<(Finish, Option<Vec<Attempt>>), StoreError> {
         let owned = handle.clone();
-        let finish = match &outcome {
+        let (finish, attempts) = match &outcome {
             Outcome::Succeeded(answer) => {
                 let result = answer.clone();
                 // One statement, no transaction, where the engine can; the
@@ -367,17 +379,18 @@ impl Store {
                     Engine::Sqlite(_) => None,
                 };
                 match at_once {
-                    Some(job) => Finish::Won(Box::new(job)),
-                    None => {
-                        on_engine!(self, write, |c, sql| ops::complete(c, sql, &owned, &result))?
-                    }
+                    Some(job) => (Finish::Won(Box::new(job)), None),
+                    None => on_engine!(self, write, |c, sql| ops::complete_with_attempts(
+                        c, sql, &owned, &result
+                    ))?,
                 }
             }
             Outcome::Failed { error, give_up } => {
                 let (error, give_up) = (error.clone(), *give_up);
-                on_engine!(self, write, |c, sql| ops::fail(
+                let failed = on_engine!(self, write, |c, sql| ops::fail(
                     c, sql, &owned, &error, give_up
-                ))?
+                ))?;
+                (failed, None)
             }
         };
         let (job_id, attempt) = (&handle.job_id, handle.ordinal);
@@ -396,7 +409,7 @@ impl Store {
             }
             (Finish::Failed, Outcome::Succeeded(_)) => {}
         }
-        Ok(finish)
+        Ok((finish, attempts))
     }
 
     /// The attempt timed out after its request left: it becomes `unknown`,

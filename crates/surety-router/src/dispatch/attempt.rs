@@ -113,7 +113,7 @@ async fn finish_held(
     state: &AppState,
     handle: &AttemptHandle,
     outcome: Outcome,
-) -> Result<Finish, surety_store::StoreError> {
+) -> Result<(Finish, Option<Vec<surety_store::Attempt>>), surety_store::StoreError> {
     let deadline = tokio::time::Instant::now() + state.inner.settings.late_result_window;
     let mut backoff = Duration::from_millis(50);
     let mut held: Option<Held> = None;
@@ -121,7 +121,7 @@ async fn finish_held(
         let error = match state
             .inner
             .store
-            .finish_attempt(handle, outcome.clone())
+            .finish_attempt_settled(handle, outcome.clone())
             .await
         {
             Err(e) if e.outage().is_some() => e,
@@ -348,8 +348,11 @@ pub(super) async fn record(
     // outcome, and an answer that did not become the job's is a late
     // result discarded.
     let (counted, end) = match finish_held(state, handle, outcome).await {
-        Ok(Finish::Won(job)) => {
-            if let (Some((route, messages)), Some(answer)) = (&judge.shadow, job.result) {
+        Ok((Finish::Won(job), attempts)) => {
+            let job = *job;
+            if let Some((route, messages)) = &judge.shadow
+                && let Some(answer) = job.result.clone()
+            {
                 crate::live::after_success(
                     state,
                     crate::live::Succeeded {
@@ -358,25 +361,26 @@ pub(super) async fn record(
                         job_id: handle.job_id.clone(),
                         winner: handle.provider.clone(),
                         messages: messages.clone(),
-                        input: job.input,
+                        input: job.input.clone(),
                         answer,
                     },
                 );
             }
-            (Some("succeeded"), End::Won)
+            let snapshot = attempts.map(|attempts| Arc::new((job, attempts)));
+            (Some("succeeded"), End::Won(snapshot))
         }
-        Ok(Finish::Lost { winner }) => {
+        Ok((Finish::Lost { winner }, _)) => {
             metrics.lost_races.inc();
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, winner = ?winner, "late result discarded: the attempt lost the race");
             (Some("lost"), End::Lost)
         }
-        Ok(Finish::Failed) => (Some("failed"), End::Failed(next)),
+        Ok((Finish::Failed, _)) => (Some("failed"), End::Failed(next)),
         Err(e) => {
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "late result discarded: the attempt's outcome was refused");
             (None, End::Lost)
         }
     };
-    if end == End::Lost {
+    if matches!(end, End::Lost) {
         metrics.late_results_discarded.inc();
     }
     if let Some(outcome) = counted {

@@ -17,12 +17,15 @@ use attempt::{Judge, attempt};
 
 use crate::certification::{Eligible, ServedContract};
 use crate::config::Route;
+use crate::settled::Snapshot;
 use crate::state::AppState;
 
 /// How one attempt ended, for the dispatcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum End {
-    Won,
+    /// The answer is the job's; with the job as that commit left it when
+    /// the store read it there.
+    Won(Option<Snapshot>),
     Lost,
     /// A definite failure, with the provider to fail over to: the next of
     /// the job's providers that is eligible as the attempt ended, and its
@@ -61,14 +64,16 @@ pub fn spawn(state: AppState, drive: Drive) {
     tasks.spawn(
         async move {
             let job_id = drive.job_id.clone();
-            run(&state, drive).await;
-            state.inner.settled.notify(&job_id);
+            let snapshot = run(&state, drive).await;
+            state.inner.settled.settle(&job_id, snapshot);
         }
         .instrument(span),
     );
 }
 
-async fn run(state: &AppState, drive: Drive) {
+/// Drives the job to its end; the job as its winning commit left it, when
+/// the store read it there.
+async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
     let mut handle = drive.first.clone();
     // The first attempt was started at `providers[0]` as the job was taken;
     // without one, the first provider eligible now.
@@ -77,7 +82,7 @@ async fn run(state: &AppState, drive: Drive) {
         None => {
             let Ok(certifier) = state.inner.certifier().await else {
                 tracing::warn!(job_id = %drive.job_id, "the demotions cannot be read: no attempt starts");
-                return;
+                return None;
             };
             drive.providers.iter().enumerate().find_map(|(i, p)| {
                 certifier
@@ -87,14 +92,14 @@ async fn run(state: &AppState, drive: Drive) {
         }
     };
     let Some((mut i, mut at)) = found else {
-        return;
+        return None;
     };
     loop {
         let handle_now = match handle.take() {
             Some(handle) => handle,
             None => match start(state, &drive, &at.id, Slot::Primary).await {
                 Some(handle) => handle,
-                None => return,
+                None => return None,
             },
         };
         let attempt_at = |handle: AttemptHandle, at: &Eligible, place: usize| {
@@ -135,7 +140,7 @@ async fn run(state: &AppState, drive: Drive) {
                             None => primary.await,
                             Some(hedge_provider) => {
                                 let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {
-                                    return;
+                                    return None;
                                 };
                                 let hedged = attempt_at(hedge, &hedge_provider, i + 1);
                                 let (a, b) = tokio::join!(primary, hedged);
@@ -151,7 +156,8 @@ async fn run(state: &AppState, drive: Drive) {
             _ => attempt_at(handle_now, &at, i).await,
         };
         match end {
-            End::Won | End::Lost | End::Unknown | End::Failed(None) => return,
+            End::Won(snapshot) => return snapshot,
+            End::Lost | End::Unknown | End::Failed(None) => return None,
             End::Failed(Some((next, now))) => (i, at) = (next, now),
         }
     }

@@ -152,54 +152,61 @@ pub async fn create_and_dispatch(
         state.inner.metrics.conflicts.inc();
         JobError::Conflict
     };
-    // A replay is answered from the store alone: only a new job needs a
-    // certified provider. (The insert below still decides between two
-    // requests racing for the same key.)
-    let found = match state.inner.store.find(new).await? {
-        Some(Created::Replayed(job)) => Some(job),
-        Some(Created::Conflict) => return Err(conflict(state)),
-        Some(Created::New(_)) | None => None,
-    };
-    let (job, first, replayed, providers) = match found {
-        Some(job) => (job, None, true, Vec::new()),
-        None => {
-            let providers = certified(state, &intake.route, &intake.served).await?;
-            let first = StartAttempt {
-                provider: providers
-                    .first()
-                    .map(|p| p.id.clone())
-                    .ok_or_else(|| JobError::internal("no eligible provider"))?,
-                slot: Slot::Primary,
-                lease: state.inner.settings.lease,
-            };
-            match state.inner.store.create_and_start(new, &first).await? {
-                (Created::New(job), first) => (job, first, false, providers),
-                (Created::Replayed(job), _) => (job, None, true, providers),
-                (Created::Conflict, _) => return Err(conflict(state)),
+    // The insert decides between a new job and a replay (`create_and_start`
+    // answers a replay or a conflict without starting anything), so a new
+    // job costs no read first. Only a new job needs a certified provider:
+    // when none is, or eligibility cannot be read, the key is looked up
+    // before refusing, so a replay is answered whatever the manifest says.
+    let providers = match certified(state, &intake.route, &intake.served).await {
+        Ok(providers) => providers,
+        Err(refusal) => match state.inner.store.find(new).await? {
+            Some(Created::Replayed(job)) => {
+                return Ok(replayed(state, job, watch));
             }
-        }
+            Some(Created::Conflict) => return Err(conflict(state)),
+            Some(Created::New(_)) | None => return Err(refusal),
+        },
+    };
+    let first = StartAttempt {
+        provider: providers
+            .first()
+            .map(|p| p.id.clone())
+            .ok_or_else(|| JobError::internal("no eligible provider"))?,
+        slot: Slot::Primary,
+        lease: state.inner.settings.lease,
+    };
+    let (job, first) = match state.inner.store.create_and_start(new, &first).await? {
+        (Created::New(job), first) => (job, first),
+        (Created::Replayed(job), _) => return Ok(replayed(state, job, watch)),
+        (Created::Conflict, _) => return Err(conflict(state)),
     };
     let waiter = watch.then(|| state.inner.settled.watch(&job.id));
-    if replayed {
-        state.inner.metrics.replays.inc();
-    } else {
-        state.inner.metrics.jobs_created.inc();
-        tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
-        let drive = Drive {
-            owner: intake.job.owner.clone(),
-            job_id: job.id.clone(),
-            route: intake.route,
-            served: intake.served.clone(),
-            messages: intake.messages,
-            input: std::sync::Arc::new(intake.job.input),
-            first,
-            providers: providers.into(),
-        };
-        dispatch::spawn(state.clone(), drive);
-    }
+    state.inner.metrics.jobs_created.inc();
+    tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
+    let drive = Drive {
+        owner: intake.job.owner.clone(),
+        job_id: job.id.clone(),
+        route: intake.route,
+        served: intake.served.clone(),
+        messages: intake.messages,
+        input: std::sync::Arc::new(intake.job.input),
+        first,
+        providers: providers.into(),
+    };
+    dispatch::spawn(state.clone(), drive);
     Ok(CreatedJob {
         job,
-        replayed,
+        replayed: false,
         waiter,
     })
+}
+
+/// The job a replayed key names, counted.
+fn replayed(state: &AppState, job: Job, watch: bool) -> CreatedJob {
+    state.inner.metrics.replays.inc();
+    CreatedJob {
+        waiter: watch.then(|| state.inner.settled.watch(&job.id)),
+        job,
+        replayed: true,
+    }
 }

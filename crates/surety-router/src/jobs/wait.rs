@@ -1,6 +1,7 @@
 //! Waiting for a job to come to rest, woken by this router's settle
 //! notifications and re-reading for jobs another replica drives.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use surety_store::{Attempt, Job, OwnerId};
@@ -18,7 +19,8 @@ pub fn at_rest(state: surety_core::JobState) -> bool {
 /// Waits until the job is at rest or `limit` passes, and returns whether it
 /// is, with the job and its attempts as they are then. The waiter was
 /// registered before the job was dispatched, so a job this request just
-/// created is running and nothing is read until it settles; a replay's job
+/// created is running and nothing is read until it settles (and not then,
+/// when it settled here with none of its attempts open); a replay's job
 /// may have moved since it was read, so it is read again first. Without a
 /// waiter (the client did not ask to wait), the job as it is now, with true.
 pub async fn wait_at_rest(
@@ -48,6 +50,12 @@ pub async fn wait_at_rest(
         if tokio::time::timeout_at(deadline, wake).await.is_err() {
             let (job, attempts) = read().await?;
             return Ok((at_rest(job.state), job, attempts));
+        }
+        // A job this router settled with none of its attempts open comes
+        // as that commit left it: nothing can change it any more.
+        if let Some(snapshot) = waiter.snapshot() {
+            let (job, attempts) = Arc::unwrap_or_clone(snapshot);
+            return Ok((true, job, attempts));
         }
         read_now = true;
     }
