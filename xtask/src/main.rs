@@ -32,8 +32,11 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test           cargo fmt --check, cargo clippy -D warnings, and every test (PostgreSQL included)
   bench store    the store benchmark: jobs/s through the store beside the raw driver
-  bench router   the router benchmark: jobs/s and p50/p99 through `surety serve` beside the fake
-                 upstream alone, closed and open loop, SQLite and PostgreSQL, and router RSS
+  bench router [--compare GIT-REF]
+                 the router benchmark: jobs/s and p50/p99 through `surety serve` beside the fake
+                 upstream alone, closed and open loop, SQLite and PostgreSQL, router CPU per job
+                 and RSS; with --compare, GIT-REF's release build and the work tree's alternate
+                 in each cell (ABAB) and the ratios are printed
   profile router the release router under `bench router`'s closed 64-client cell on SQLite
                  (SURETY_BENCH_ENGINES / SURETY_BENCH_CELLS / SURETY_BENCH_SECS choose another),
                  sampled by Linux perf: target/profile/router.svg (a flame graph) and the
@@ -68,7 +71,8 @@ fn main() -> Result<()> {
     match args.as_slice() {
         ["test"] => test(&root),
         ["bench", "store"] => bench_store(&root),
-        ["bench", "router"] => bench_router(&root),
+        ["bench", "router"] => bench_router(&root, None),
+        ["bench", "router", "--compare", base] => bench_router(&root, Some(base)),
         ["chaos"] => chaos(&root),
         ["profile", "router"] => profile::router(&root),
         ["local-provider"] => {
@@ -374,10 +378,82 @@ fn bench_store(root: &Path) -> Result<()> {
     bench(root, "store", &[])
 }
 
-fn bench_router(root: &Path) -> Result<()> {
+fn bench_router(root: &Path, compare: Option<&str>) -> Result<()> {
     check_postgres()?;
-    let surety = release_surety(root)?;
-    bench(root, "router", &[("SURETY_BIN", surety.as_os_str())])
+    let dir = target_dir(root).join("bench/bin");
+    std::fs::create_dir_all(&dir)?;
+    // The base first: every build leaves its binary at `release/surety`, so
+    // each is copied aside as soon as it is built.
+    let base = match compare {
+        None => None,
+        Some(git_ref) => Some(base_surety(root, git_ref, &dir)?),
+    };
+    let head = dir.join("surety-head");
+    std::fs::copy(release_surety(root)?, &head).context("copying the release surety aside")?;
+    let mut env = vec![("SURETY_BIN", head.clone().into_os_string())];
+    if let Some((base, name)) = base {
+        if std::fs::read(&base)? == std::fs::read(&head)? {
+            bail!("`{name}` builds the very same binary as the work tree: nothing to compare");
+        }
+        env.push(("SURETY_BASE_BIN", base.into_os_string()));
+        env.push(("SURETY_BASE_NAME", name.into()));
+    }
+    let env: Vec<(&str, &std::ffi::OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    bench(root, "router", &env)
+}
+
+/// `surety` as `git_ref` builds it in release: the commit checked out
+/// into a worktree under the target directory (made once per commit),
+/// built in a target directory of its own, and copied aside. Returns the
+/// binary and the commit's short name.
+fn base_surety(root: &Path, git_ref: &str, dir: &Path) -> Result<(PathBuf, String)> {
+    let rev = Command::new("git")
+        .current_dir(root)
+        .args(["rev-parse", "--verify", "--short=12"])
+        .arg(format!("{git_ref}^{{commit}}"))
+        .output()
+        .context("git rev-parse")?;
+    if !rev.status.success() {
+        bail!("`{git_ref}` names no commit here");
+    }
+    let rev = String::from_utf8_lossy(&rev.stdout).trim().to_owned();
+    let tree = target_dir(root).join("bench/compare").join(&rev);
+    if !tree.join("Cargo.toml").is_file() {
+        let _ = std::fs::remove_dir_all(&tree);
+        let _ = Command::new("git")
+            .current_dir(root)
+            .args(["worktree", "prune"])
+            .status();
+        let added = Command::new("git")
+            .current_dir(root)
+            .args(["worktree", "add", "--detach"])
+            .arg(&tree)
+            .arg(&rev)
+            .status()
+            .context("git worktree add")?;
+        if !added.success() {
+            bail!("could not check out {rev} into {}", tree.display());
+        }
+    }
+    eprintln!(
+        "building {rev} ({git_ref}) in release from {}",
+        tree.display()
+    );
+    // A target directory of its own: the two trees' crates have the same
+    // names and versions, and cargo would mix their artifacts in one.
+    let target = target_dir(root).join("bench/compare-target");
+    let status = Command::new(cargo_bin())
+        .current_dir(&tree)
+        .args(BUILD_SURETY)
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .context("building the base")?;
+    if !status.success() {
+        bail!("{rev} does not build ({status})");
+    }
+    let out = dir.join(format!("surety-{rev}"));
+    std::fs::copy(target.join("release/surety"), &out).context("copying the base surety aside")?;
+    Ok((out, rev))
 }
 
 fn chaos(root: &Path) -> Result<()> {
@@ -394,20 +470,20 @@ fn chaos(root: &Path) -> Result<()> {
     )
 }
 
+/// `cargo build` of the `surety` binary in release.
+const BUILD_SURETY: [&str; 7] = [
+    "build",
+    "--release",
+    "--locked",
+    "-p",
+    "surety-router",
+    "--bin",
+    "surety",
+];
+
 /// Builds `surety` in release and returns its path.
 pub(crate) fn release_surety(root: &Path) -> Result<PathBuf> {
-    cargo(
-        root,
-        &[
-            "build",
-            "--release",
-            "--locked",
-            "-p",
-            "surety-router",
-            "--bin",
-            "surety",
-        ],
-    )?;
+    cargo(root, &BUILD_SURETY)?;
     Ok(target_dir(root).join("release/surety"))
 }
 
