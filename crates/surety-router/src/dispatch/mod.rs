@@ -91,16 +91,11 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
             })
         }
     };
-    let Some((mut i, mut at)) = found else {
-        return None;
-    };
+    let (mut i, mut at) = found?;
     loop {
         let handle_now = match handle.take() {
             Some(handle) => handle,
-            None => match start(state, &drive, &at.id, Slot::Primary).await {
-                Some(handle) => handle,
-                None => return None,
-            },
+            None => start(state, &drive, &at.id, Slot::Primary).await?,
         };
         let attempt_at = |handle: AttemptHandle, at: &Eligible, place: usize| {
             attempt(
@@ -139,9 +134,7 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
                         match now {
                             None => primary.await,
                             Some(hedge_provider) => {
-                                let Some(hedge) = start(state, &drive, &hedge_provider.id, Slot::Hedge).await else {
-                                    return None;
-                                };
+                                let hedge = start(state, &drive, &hedge_provider.id, Slot::Hedge).await?;
                                 let hedged = attempt_at(hedge, &hedge_provider, i + 1);
                                 let (a, b) = tokio::join!(primary, hedged);
                                 match (a, b) {
