@@ -123,6 +123,7 @@ async fn measure_store(store: &Store, clients: usize, duration: Duration) -> f64
         provider: "fake".into(),
         slot: Slot::Primary,
         lease: Duration::from_secs(60),
+        trust: None,
     };
     let store = store.clone();
     drive(clients, duration, counter.clone(), move |n| {

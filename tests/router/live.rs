@@ -239,6 +239,42 @@ pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb)
     assert_eq!(fallback.calls(), 0);
 }
 
+/// A demotion another replica commits counts for the very next job, though
+/// this router has not read it since: the attempt's own insert refuses the
+/// demoted provider in the database, and the job starts at the next one.
+pub async fn a_demotion_made_elsewhere_counts_for_the_next_job_at_once(db: &TestDb) {
+    let primary = FakeProvider::start(language_script()).await.unwrap();
+    let fallback = FakeProvider::start(language_script()).await.unwrap();
+    let route =
+        "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n";
+    let providers = [("fake-a", &primary), ("fake-b", &fallback)];
+    let router = Router::certifying(db, &providers, route).await;
+    // A first job: this router has read the demotions (none) by now.
+    let (_, _, job) = router
+        .create(ACME, "else-1", &detect("Hello there"), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    assert_eq!(primary.calls(), 1);
+    let why = "demoted: 3 of the last 50 live checks broke the contract — decided elsewhere";
+    assert!(
+        router
+            .state
+            .inner
+            .store
+            .demote("fake-a", "language-detect", why)
+            .await
+            .unwrap()
+    );
+    let (_, _, job) = router
+        .create(ACME, "else-2", &detect("Guten Tag"), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let attempts = job["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{job}");
+    assert_eq!(attempts[0]["provider"], "fake-b", "{job}");
+    assert_eq!(primary.calls(), 1, "the demoted primary was called again");
+}
+
 /// A contract whose calls may have side effects is never shadowed: a route
 /// that asks for it does not start, and says why.
 #[tokio::test]

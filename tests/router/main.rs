@@ -75,6 +75,7 @@ mod live_per_engine {
     surety_tests::both_engines!(live:
         a_fallback_that_breaks_the_contract_on_real_inputs_is_demoted_and_not_failed_over_to,
         a_demotion_decided_while_a_job_runs_stops_its_failover,
+        a_demotion_made_elsewhere_counts_for_the_next_job_at_once,
         an_admin_reinstates_a_demoted_provider_and_only_an_admin,
         a_provider_that_regresses_on_its_cases_is_demoted_by_a_recheck_before_a_job_reaches_it,
         shadow_checks_never_change_a_job,

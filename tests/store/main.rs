@@ -40,6 +40,7 @@ mod trust_per_engine {
     surety_tests::both_engines!(trust:
         live_results_read_back_newest_first_per_provider,
         a_demotion_is_opened_once_and_lifted_only_as_its_lift_allows,
+        an_attempt_at_a_provider_demoted_since_its_certification_is_refused,
     );
 }
 
@@ -77,6 +78,7 @@ async fn a_full_sqlite_refuses_new_jobs_loses_nothing_and_recovers_when_room_ret
         provider: "openai".to_owned(),
         slot: Slot::Primary,
         lease: std::time::Duration::from_secs(60),
+        trust: None,
     };
     let mut acknowledged = Vec::new();
     let refused = loop {

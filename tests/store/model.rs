@@ -485,6 +485,7 @@ impl Sut {
                     provider: "p".into(),
                     slot,
                     lease: LEASE,
+                    trust: None,
                 };
                 match self
                     .runtime

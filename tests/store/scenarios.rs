@@ -50,6 +50,7 @@ fn start(provider: &str, slot: Slot) -> StartAttempt {
         provider: provider.to_owned(),
         slot,
         lease: LEASE,
+        trust: None,
     }
 }
 
@@ -912,6 +913,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
                 &job.id,
                 &StartAttempt {
                     lease: Duration::ZERO,
+                    trust: None,
                     ..start("openai", Slot::Primary)
                 },
             )

@@ -3,7 +3,10 @@
 //! replicas decide it, lifted only as its lift allows, and kept on record.
 
 use serde_json::json;
-use surety_store::{JobId, Lift, LiveOutcome, LiveResult, LiveSource, Store};
+use surety_store::{
+    Created, JobId, Lift, LiveOutcome, LiveResult, LiveSource, NewJob, OwnerId, Slot, StartAttempt,
+    Store, StoreError, Trust,
+};
 use surety_tests::TestDb;
 
 fn result(provider: &str, outcome: LiveOutcome, n: u32) -> LiveResult {
@@ -162,4 +165,113 @@ pub async fn a_demotion_is_opened_once_and_lifted_only_as_its_lift_allows(db: &T
             .unwrap()
     );
     assert_eq!(store.demotions().await.unwrap()[0].reason, "again");
+}
+
+/// The database has the last word on trust: an attempt that rests on a
+/// certification is refused by its own insert while its provider has an
+/// open demotion on the contract at or after that certification (a new
+/// job with it is not recorded at all); a certification newer than the
+/// demotion, another contract, an attempt resting on none, or a lifted
+/// demotion starts.
+pub async fn an_attempt_at_a_provider_demoted_since_its_certification_is_refused(db: &TestDb) {
+    let store = db.store().await;
+    let acme = OwnerId("acme".to_owned());
+    let new = |key: &str| NewJob {
+        owner: acme.clone(),
+        key: surety_core::IdempotencyKey::parse(key).unwrap(),
+        route: "language".to_owned(),
+        contract: "language-detect".to_owned(),
+        contract_digest: "sha256:0000".to_owned(),
+        input: json!({"text": key}),
+        hedgeable: true,
+        kind: surety_store::JobKind::Native,
+        messages: None,
+        fingerprint: None,
+    };
+    let at = |provider: &str, slot, trust: Option<Trust>| StartAttempt {
+        provider: provider.to_owned(),
+        slot,
+        lease: std::time::Duration::from_secs(60),
+        trust,
+    };
+    let certified = |contract: &str, at_ms| {
+        Some(Trust {
+            contract: contract.to_owned(),
+            certified_at_ms: at_ms,
+        })
+    };
+    assert!(
+        store
+            .demote("fallback", "language-detect", "broke")
+            .await
+            .unwrap()
+    );
+    // Certified long before the demotion: refused, and nothing recorded.
+    let refused = store
+        .create_and_start(
+            &new("g-1"),
+            &at("fallback", Slot::Primary, certified("language-detect", 0)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Demoted { provider, contract } if provider == "fallback" && contract == "language-detect"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("open demotion"), "{refused}");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM jobs").await,
+        0,
+        "a refused job was recorded"
+    );
+    // Certified after the demotion (the certification lifts it): starts.
+    let later = certified("language-detect", i64::MAX);
+    let (Created::New(job), Some(_)) = store
+        .create_and_start(&new("g-2"), &at("fallback", Slot::Primary, later))
+        .await
+        .unwrap()
+    else {
+        panic!("a certification newer than the demotion starts")
+    };
+    // Another contract, or no certification to rest on: starts.
+    for (key, trust) in [("g-3", certified("support-triage", 0)), ("g-4", None)] {
+        let (created, handle) = store
+            .create_and_start(&new(key), &at("fallback", Slot::Primary, trust))
+            .await
+            .unwrap();
+        assert!(
+            matches!(created, Created::New(_)) && handle.is_some(),
+            "{key}"
+        );
+    }
+    // A later attempt (a hedge here) is guarded the same way.
+    let refused = store
+        .start_attempt(
+            &acme,
+            &job.id,
+            &at("fallback", Slot::Hedge, certified("language-detect", 0)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Demoted { .. }), "{refused:?}");
+    assert_eq!(store.attempts(&acme, &job.id).await.unwrap().len(), 1);
+    // Lifted: the same attempt starts.
+    let lift = Lift::Admin {
+        by: "ops".to_owned(),
+        why: "checked by hand".to_owned(),
+    };
+    assert!(
+        store
+            .lift("fallback", "language-detect", &lift)
+            .await
+            .unwrap()
+    );
+    store
+        .start_attempt(
+            &acme,
+            &job.id,
+            &at("fallback", Slot::Hedge, certified("language-detect", 0)),
+        )
+        .await
+        .unwrap();
 }

@@ -56,18 +56,47 @@ pub struct Inner {
     pub budgets: Budgets,
     /// When each route's next scheduled re-check is due.
     pub rechecks: Rechecks,
+    /// The open demotions as this router last read them (every eligibility
+    /// read from the database refreshes it; the background loop reads
+    /// every 2 s).
+    pub demotions_seen: std::sync::RwLock<Arc<Vec<surety_store::Demotion>>>,
 }
 
 impl Inner {
     /// Eligibility against the providers, the manifest and the open
     /// demotions as they are now (the demotions read from the database,
-    /// so a demotion any replica decided counts at once).
+    /// so a demotion any replica decided counts at once). What was read
+    /// is kept as this router's copy, for [`Inner::certifier_seen`].
     pub async fn certifier(&self) -> Result<Certifier<'_>, surety_store::StoreError> {
+        let demotions = Arc::new(self.store.demotions().await?);
+        *self
+            .demotions_seen
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = demotions.clone();
         Ok(Certifier {
             providers: &self.providers,
             manifest: &self.manifest,
-            demotions: self.store.demotions().await?,
+            demotions,
         })
+    }
+
+    /// Eligibility with the open demotions as this router last read them
+    /// (no IO): what a new job's first provider is chosen by. It may lag
+    /// a demotion another replica just made; the attempt's own insert
+    /// refuses a demoted provider in the database
+    /// ([`surety_store::StoreError::Demoted`]), and the caller then asks
+    /// [`Inner::certifier`].
+    pub fn certifier_seen(&self) -> Certifier<'_> {
+        let demotions = self
+            .demotions_seen
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        Certifier {
+            providers: &self.providers,
+            manifest: &self.manifest,
+            demotions,
+        }
     }
 
     /// `provider` and `contract` as the configuration names them, if it
@@ -246,6 +275,7 @@ impl AppState {
                 failures: Failures::new(config.max_failed_auth),
                 budgets: Budgets::default(),
                 rechecks: Rechecks::default(),
+                demotions_seen: std::sync::RwLock::default(),
             }),
         })
     }

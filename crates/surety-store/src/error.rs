@@ -18,6 +18,10 @@ pub enum StoreError {
         ordinal: i64,
         state: AttemptState,
     },
+    #[error(
+        "provider `{provider}` has an open demotion on contract `{contract}` newer than its certification: no attempt starts there"
+    )]
+    Demoted { provider: String, contract: String },
     #[error("hedging refused for job {job_id}: {reason}")]
     HedgeRefused { job_id: JobId, reason: &'static str },
     #[error(

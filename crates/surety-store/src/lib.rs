@@ -25,7 +25,7 @@ pub use error::{Outage, StoreError};
 pub use model::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, JobKind,
     Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict, NewJob, Outcome, OwnerId, Race, Slot,
-    StartAttempt,
+    StartAttempt, Trust,
 };
 pub use store::{Backend, SqliteSync, Store, StoreOptions};
 

@@ -148,6 +148,20 @@ pub struct StartAttempt {
     /// How long the attempt is held without a heartbeat before the reaper
     /// turns it unknown.
     pub lease: Duration,
+    /// The certification the provider's trust rests on: with it, the
+    /// attempt's own insert refuses a provider with an open demotion on
+    /// that contract at or after the certification
+    /// ([`StoreError::Demoted`](crate::StoreError::Demoted)).
+    pub trust: Option<Trust>,
+}
+
+/// A provider's certification for a contract, as an attempt rests on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trust {
+    pub contract: String,
+    /// When the certification was made (ms since the epoch); a demotion at
+    /// or after it stands, an older one was lifted by it.
+    pub certified_at_ms: i64,
 }
 
 /// What the process running an attempt holds: enough to heartbeat it and to

@@ -16,7 +16,7 @@ use crate::conn::{Conn, Param, Val};
 use crate::sql::Sql;
 use crate::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, JobKind, NewJob,
-    OwnerId, Race, Slot, StoreError,
+    OwnerId, Race, Slot, StoreError, Trust,
 };
 
 use Param::{Int, OptText, Text};
@@ -28,10 +28,36 @@ pub(crate) struct Insert {
     pub(crate) id: JobId,
     pub(crate) new: NewJob,
     pub(crate) fingerprint: Fingerprint,
-    pub(crate) first: Option<(String, i64)>,
+    pub(crate) first: Option<Begin>,
     /// The pages a new job may leave in use (SQLite with a size limit): the
     /// rest is kept for what acknowledged jobs still write.
     pub(crate) room: Option<i64>,
+}
+
+/// An attempt to start: its slot, provider and lease (in ms), and the
+/// certification its provider's trust rests on, which the insert checks
+/// against the open demotions.
+#[derive(Debug, Clone)]
+pub(crate) struct Begin {
+    pub(crate) slot: Slot,
+    pub(crate) provider: String,
+    pub(crate) lease: i64,
+    pub(crate) trust: Option<Trust>,
+}
+
+impl Begin {
+    /// Why a guarded insert of this attempt returned no row when no other
+    /// attempt holds its slot: an open demotion of its provider (the only
+    /// other guard), or, unguarded, a broken invariant.
+    fn refused(&self, otherwise: &str) -> StoreError {
+        match &self.trust {
+            Some(trust) => StoreError::Demoted {
+                provider: self.provider.clone(),
+                contract: trust.contract.clone(),
+            },
+            None => StoreError::Corrupt(otherwise.to_owned()),
+        }
+    }
 }
 
 /// Records the job, or finds the one this owner already made with this key.
@@ -43,18 +69,27 @@ pub(crate) async fn create<C: Conn>(
     insert: &Insert,
 ) -> Result<(Created, Option<AttemptHandle>), StoreError> {
     let new = &insert.new;
-    if let (Some((provider, lease)), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt)
-    {
+    if let (Some(first), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt) {
         // One statement where the engine can: no transaction to open.
         let (input, messages) = job_texts(new);
         let mut params = job_params(insert, &input, messages.as_deref());
-        params.extend([Text(provider), Int(*lease)]);
+        let (contract, certified_at) = trust_params(first);
+        params.extend([
+            Text(&first.provider),
+            Int(first.lease),
+            contract,
+            certified_at,
+        ]);
         if let Some(row) = c.row(statement, &params).await? {
             let (job, attempt) = row.split_at(JOB_COLUMNS);
             let handle = handle_from(&attempt_from(attempt)?);
             return Ok((Created::New(job_from(job)?), Some(handle)));
         }
-        return replay_or_conflict(c, sql, insert).await;
+        // Nothing written: the key is taken, or the provider is demoted.
+        return match find(c, sql, new, &insert.fingerprint).await? {
+            Some(found) => Ok((found, None)),
+            None => Err(first.refused("the key's job vanished")),
+        };
     }
     let state = match insert.first {
         Some(_) => JobState::Running,
@@ -68,12 +103,13 @@ pub(crate) async fn create<C: Conn>(
         let job = job_from(&row)?;
         let handle = match &insert.first {
             None => None,
-            Some((provider, lease)) => {
-                let start = (Slot::Primary, provider.as_str(), *lease);
-                let params = attempt_params(&job.id, job.hedgeable, job.version, start);
-                let row = c.row(&sql.insert_attempt, &params).await?.ok_or_else(|| {
-                    StoreError::Corrupt("a new job already has an open attempt".to_owned())
-                })?;
+            Some(first) => {
+                let params = attempt_params(&job.id, job.hedgeable, job.version, first);
+                // No row: refused, and the error undoes the job's insert too.
+                let row = c
+                    .row(&sql.insert_attempt, &params)
+                    .await?
+                    .ok_or_else(|| first.refused("a new job already has an open attempt"))?;
                 Some(handle_from(&attempt_from(&row)?))
             }
         };
@@ -163,16 +199,28 @@ fn attempt_params<'a>(
     job_id: &'a JobId,
     hedgeable: bool,
     version: i64,
-    (slot, provider, lease): (Slot, &'a str, i64),
-) -> [Param<'a>; 6] {
+    begin: &'a Begin,
+) -> [Param<'a>; 8] {
+    let (contract, certified_at) = trust_params(begin);
     [
         Text(&job_id.0),
-        Int(slot.as_i64()),
+        Int(begin.slot.as_i64()),
         Int(i64::from(hedgeable)),
-        Text(provider),
+        Text(&begin.provider),
         Int(version),
-        Int(lease),
+        Int(begin.lease),
+        contract,
+        certified_at,
     ]
+}
+
+/// The demotion guard's parameters: the contract (NULL, which no demotion
+/// matches, for an unguarded attempt) and when the certification was made.
+fn trust_params(begin: &Begin) -> (Param<'_>, Param<'_>) {
+    match &begin.trust {
+        Some(trust) => (OptText(Some(&trust.contract)), Int(trust.certified_at_ms)),
+        None => (OptText(None), Int(0)),
+    }
 }
 
 fn handle_from(attempt: &Attempt) -> AttemptHandle {
@@ -191,9 +239,9 @@ pub(crate) async fn start_attempt<C: Conn>(
     sql: &Sql,
     owner: &OwnerId,
     job_id: &JobId,
-    start: (Slot, &str, i64),
+    start: &Begin,
 ) -> Result<AttemptHandle, StoreError> {
-    let slot = start.0;
+    let slot = start.slot;
     // Locks the job and marks it running; a refusal below rolls it back.
     let locked = lock_job(c, &sql.claim_job, owner, job_id).await?;
     job_after(locked.state, JobEvent::AttemptStarted)?;
@@ -225,7 +273,7 @@ pub(crate) async fn start_attempt<C: Conn>(
                 &[Text(&job_id.0), Int(slot.as_i64())],
             )
             .await?
-            .ok_or_else(|| StoreError::Corrupt("the open attempt vanished".to_owned()))?;
+            .ok_or_else(|| start.refused("the open attempt vanished"))?;
         let open = attempt_from(&open)?;
         return Err(StoreError::AttemptOpen {
             job_id: job_id.clone(),

@@ -104,6 +104,16 @@ const LIVE_COLUMNS: &str = "provider, contract, route, source, outcome, detail, 
 /// The states in which an attempt may still produce a result.
 const OPEN: &str = "('started', 'unknown')";
 
+/// The demotion guard of an attempt's insert: an open demotion of provider
+/// `$p` on contract `$c` at or after the certification made at `$t` (ms).
+/// A NULL contract (an attempt that rests on no certification) matches none.
+fn demoted(p: u8, c: u8, t: u8) -> String {
+    format!(
+        "SELECT 1 FROM demotions d WHERE d.provider = ${p} AND d.contract = ${c} \
+         AND d.lifted_at_ms IS NULL AND d.demoted_at_ms >= ${t}"
+    )
+}
+
 impl Sql {
     pub fn new(backend: Backend) -> Sql {
         let now = match backend {
@@ -118,7 +128,9 @@ impl Sql {
                 .replace("{live_columns}", LIVE_COLUMNS)
                 .replace("{j.job_columns}", &qualified("j", JOB_COLUMNS))
                 .replace("{a.attempt_columns}", &qualified("a", ATTEMPT_COLUMNS))
-                .replace("{open}", OPEN);
+                .replace("{open}", OPEN)
+                .replace("{demoted_4_7_8}", &demoted(4, 7, 8))
+                .replace("{demoted_12_14_15}", &demoted(12, 14, 15));
             match backend {
                 Backend::Postgres => filled,
                 Backend::Sqlite => numbered_params(&filled),
@@ -141,7 +153,8 @@ impl Sql {
                          INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
                              contract_digest, input, fingerprint, hedgeable, kind, messages, state, \
                              version, created_at_ms, updated_at_ms) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', 0, {now}, {now}) \
+                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', 0, {now}, {now} \
+                         WHERE NOT EXISTS ({demoted_12_14_15}) \
                          ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
                          RETURNING {job_columns}), \
                      attempt AS ( \
@@ -160,20 +173,35 @@ impl Sql {
             // A write that changes nothing: it takes the job's row lock on
             // PostgreSQL, so every transaction locks the job before its
             // attempts and two transactions never wait on each other in a cycle.
-            lock_job: fill(
-                "UPDATE jobs SET version = version WHERE id = $1 AND owner_id = $2 \
-                 RETURNING state, hedgeable, version",
-            ),
-            lock_job_unscoped: fill(
-                "UPDATE jobs SET version = version WHERE id = $1 RETURNING completed_by",
-            ),
+            // SQLite has no row locks: its one writer's transaction excludes
+            // every other writer already, so a read is the same lock there
+            // and costs no write.
+            lock_job: fill(match backend {
+                Backend::Postgres => {
+                    "UPDATE jobs SET version = version WHERE id = $1 AND owner_id = $2 \
+                     RETURNING state, hedgeable, version"
+                }
+                Backend::Sqlite => {
+                    "SELECT state, hedgeable, version FROM jobs WHERE id = $1 AND owner_id = $2"
+                }
+            }),
+            lock_job_unscoped: fill(match backend {
+                Backend::Postgres => {
+                    "UPDATE jobs SET version = version WHERE id = $1 RETURNING completed_by"
+                }
+                Backend::Sqlite => "SELECT completed_by FROM jobs WHERE id = $1",
+            }),
             // The partial unique index decides; ON CONFLICT turns its refusal
-            // into zero rows instead of an aborted transaction.
+            // into zero rows instead of an aborted transaction. So does an
+            // open demotion of the provider newer than the certification
+            // the attempt rests on ($7, $8): the database has the last word
+            // on trust, whatever the router last read.
             insert_attempt: fill(
                 "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
                      base_version, started_at_ms, lease_expires_at_ms) \
                  SELECT $1, COALESCE(MAX(ordinal), 0) + 1, $2, $3, $4, 'started', $5, {now}, {now} + $6 \
                  FROM attempts WHERE job_id = $1 \
+                 HAVING NOT EXISTS ({demoted_4_7_8}) \
                  ON CONFLICT (job_id, slot) WHERE state IN {open} DO NOTHING \
                  RETURNING {attempt_columns}",
             ),

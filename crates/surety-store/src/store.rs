@@ -94,6 +94,16 @@ impl StoreOptions {
     }
 }
 
+/// An attempt to start, validated.
+fn begin(start: &StartAttempt) -> Result<ops::Begin, StoreError> {
+    Ok(ops::Begin {
+        slot: start.slot,
+        provider: start.provider.clone(),
+        lease: lease_ms(start.lease)?,
+        trust: start.trust.clone(),
+    })
+}
+
 /// The longest lease an attempt may take.
 const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// How long a PostgreSQL connection may sit idle before it is checked.
@@ -257,8 +267,7 @@ impl Store {
                 reason: "a new job's first attempt takes the primary slot".to_owned(),
             });
         }
-        let first = (start.provider.clone(), lease_ms(start.lease)?);
-        let insert = self.insert(new, Some(first))?;
+        let insert = self.insert(new, Some(begin(start)?))?;
         // PostgreSQL makes both in one statement (`insert_job_and_attempt`),
         // so it needs no transaction of its own.
         let out = on_engine!(self, single, |c, sql| ops::create(c, sql, &insert))?;
@@ -278,7 +287,7 @@ impl Store {
         on_engine!(self, read, |c, sql| ops::find(c, sql, new, fingerprint))
     }
 
-    fn insert(&self, new: &NewJob, first: Option<(String, i64)>) -> Result<Insert, StoreError> {
+    fn insert(&self, new: &NewJob, first: Option<ops::Begin>) -> Result<Insert, StoreError> {
         check_text("owner", &new.owner.0)?;
         check_text("route", &new.route)?;
         check_text("contract", &new.contract)?;
@@ -314,15 +323,10 @@ impl Store {
         start: &StartAttempt,
     ) -> Result<AttemptHandle, StoreError> {
         check_text("provider", &start.provider)?;
-        let lease = lease_ms(start.lease)?;
-        let (owner, job_id, provider) = (owner.clone(), job_id.clone(), start.provider.clone());
-        let slot = start.slot;
+        let begin = begin(start)?;
+        let (owner, job_id) = (owner.clone(), job_id.clone());
         let handle = on_engine!(self, write, |c, sql| ops::start_attempt(
-            c,
-            sql,
-            &owner,
-            &job_id,
-            (slot, &provider, lease)
+            c, sql, &owner, &job_id, &begin
         ))?;
         tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, provider = %handle.provider, "attempt started");
         Ok(handle)

@@ -56,6 +56,19 @@ pub struct Eligible {
     pub id: String,
     /// The model ids its certificate saw answer: an answer from any other is drift.
     pub models: Arc<[String]>,
+    /// When that certificate was made (ms): a demotion at or after it stands.
+    pub certified_at_ms: i64,
+}
+
+impl Eligible {
+    /// What an attempt here rests on, for the database to check against
+    /// the open demotions as the attempt starts.
+    pub fn trust(&self, contract: &str) -> surety_store::Trust {
+        surety_store::Trust {
+            contract: contract.to_owned(),
+            certified_at_ms: self.certified_at_ms,
+        }
+    }
 }
 
 /// Whether a provider may serve a contract, and if not, why.
@@ -98,7 +111,7 @@ impl std::fmt::Display for Verdict {
 pub struct Certifier<'a> {
     pub providers: &'a BTreeMap<String, ServedProvider>,
     pub manifest: &'a ManifestHolder,
-    pub demotions: Vec<Demotion>,
+    pub demotions: Arc<Vec<Demotion>>,
 }
 
 /// `rfc3339` in milliseconds since the epoch, if it reads.
@@ -114,10 +127,21 @@ impl Certifier<'_> {
     /// demotion newer than that certification may stand. With it, the
     /// model ids the certificate saw answer.
     pub fn eligibility(&self, provider: &str, contract: &ServedContract) -> (Verdict, Vec<String>) {
+        let (verdict, models, _) = self.judge(provider, contract);
+        (verdict, models)
+    }
+
+    /// [`Certifier::eligibility`], with when the certification was made
+    /// (ms; `i64::MAX` without one).
+    fn judge(&self, provider: &str, contract: &ServedContract) -> (Verdict, Vec<String>, i64) {
         let (Some(served), Some(manifest)) =
             (self.providers.get(provider), self.manifest.current())
         else {
-            return (Verdict::Manifest(Eligibility::Missing), Vec::new());
+            return (
+                Verdict::Manifest(Eligibility::Missing),
+                Vec::new(),
+                i64::MAX,
+            );
         };
         let current = Current {
             contract_digest: &contract.contract.digest,
@@ -130,19 +154,19 @@ impl Certifier<'_> {
         let models = entry
             .map(|e| e.served_model.response_models.clone())
             .unwrap_or_default();
-        if verdict != Eligibility::Certified {
-            return (Verdict::Manifest(verdict), models);
-        }
-        // A certification newer than the demotion lifts it (the background
-        // loop records the lift; the verdict does not wait for it).
         let certified_at = entry
             .and_then(|e| millis(&e.generated_at))
             .unwrap_or(i64::MAX);
+        if verdict != Eligibility::Certified {
+            return (Verdict::Manifest(verdict), models, certified_at);
+        }
+        // A certification newer than the demotion lifts it (the background
+        // loop records the lift; the verdict does not wait for it).
         match self.demotions.iter().find(|d| {
             d.provider == provider && d.contract == *id && d.demoted_at_ms >= certified_at
         }) {
-            Some(demotion) => (Verdict::Demoted(demotion.clone()), models),
-            None => (Verdict::Manifest(verdict), models),
+            Some(demotion) => (Verdict::Demoted(demotion.clone()), models, certified_at),
+            None => (Verdict::Manifest(verdict), models, certified_at),
         }
     }
 
@@ -150,12 +174,13 @@ impl Certifier<'_> {
     /// now; a provider that is not is logged, since an attempt was about
     /// to start there.
     pub fn eligible_now(&self, provider: &str, served: &ServedContract) -> Option<Eligible> {
-        match self.eligibility(provider, served) {
-            (verdict, models) if verdict.certified() => Some(Eligible {
+        match self.judge(provider, served) {
+            (verdict, models, certified_at_ms) if verdict.certified() => Some(Eligible {
                 id: provider.to_owned(),
                 models: models.into(),
+                certified_at_ms,
             }),
-            (other, _) => {
+            (other, _, _) => {
                 tracing::warn!(provider = %provider, contract = %served.contract.id, reason = %other, "no longer eligible: no attempt starts there");
                 None
             }
@@ -172,15 +197,22 @@ impl Certifier<'_> {
         let mut ok = Vec::new();
         let mut why_not = Vec::new();
         for provider in &route.providers {
-            match self.eligibility(provider, contract) {
-                (verdict, models) if verdict.certified() => ok.push(Eligible {
+            match self.judge(provider, contract) {
+                (verdict, models, certified_at_ms) if verdict.certified() => ok.push(Eligible {
                     id: provider.clone(),
                     models: models.into(),
+                    certified_at_ms,
                 }),
-                (other, _) => why_not.push(format!("{provider}: {other}")),
+                (other, _, _) => why_not.push(format!("{provider}: {other}")),
             }
         }
         (ok, why_not)
+    }
+
+    /// Whether an open demotion of `contract` is listed (it may since have
+    /// been lifted: ask the database again).
+    pub fn lists_demotions_of(&self, contract: &str) -> bool {
+        self.demotions.iter().any(|d| d.contract == contract)
     }
 
     /// The open demotions a certification newer than them has lifted, to

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use surety_providers::{
     CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
 };
@@ -38,37 +40,26 @@ pub(super) async fn attempt(
     let request =
         surety_exchange::request(&judge.served.contract, messages, provider.capabilities());
     let _in_flight = InFlight::enter(&state, &handle);
-    let heartbeat = {
-        let (state, handle) = (state.clone(), handle.clone());
-        let tasks = state.inner.tasks.clone();
-        tasks.spawn(async move {
-            let mut tick = tokio::time::interval(state.inner.settings.lease / 3);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                match state
-                    .inner
-                    .store
-                    .heartbeat(&handle, state.inner.settings.lease)
-                    .await
-                {
-                    Ok(_) => {}
-                    // The database is away: the next beat tries again.
-                    Err(e) if e.outage().is_some() => {}
-                    // The lease is gone or the attempt closed: nothing to keep.
-                    Err(_) => return,
-                }
-            }
-        })
-    };
     let call = CallContext::for_attempt(&handle.job_id.0, handle.ordinal);
     let started = std::time::Instant::now();
-    let mut task = state
-        .inner
-        .tasks
-        .spawn(call_provider(provider, request, call));
-    let outcome = tokio::time::timeout(state.inner.settings.attempt_timeout, &mut task).await;
-    heartbeat.abort();
+    // The call runs in this task (a panic in it is caught, as a task's
+    // would be); past the timeout it is handed to a task of its own, which
+    // keeps listening for the late answer.
+    let mut task = Box::pin(
+        std::panic::AssertUnwindSafe(call_provider(provider, request, call)).catch_unwind(),
+    );
+    // The lease is renewed beside the call, until the call ends (or the
+    // lease is gone: then the call is only waited for).
+    let outcome = {
+        let waited = tokio::time::timeout(state.inner.settings.attempt_timeout, &mut task);
+        let beating = heartbeat(&state, &handle);
+        tokio::pin!(waited, beating);
+        tokio::select! {
+            biased;
+            outcome = &mut waited => outcome,
+            () = &mut beating => waited.await,
+        }
+    };
     state
         .inner
         .metrics
@@ -77,8 +68,8 @@ pub(super) async fn attempt(
         .observe(started.elapsed().as_secs_f64());
     match outcome {
         Ok(Ok(result)) => record(&state, &handle, result, &judge).await,
-        Ok(Err(join)) => {
-            mark_unknown(&state, &handle, &format!("the call task failed: {join}")).await;
+        Ok(Err(_panic)) => {
+            mark_unknown(&state, &handle, "the call panicked").await;
             End::Unknown
         }
         Err(_) => {
@@ -101,6 +92,28 @@ pub(super) async fn attempt(
                 }
             });
             End::Unknown
+        }
+    }
+}
+
+/// Renews the attempt's lease every third of it, for as long as it is
+/// polled; returns once the lease is gone or the attempt closed.
+async fn heartbeat(state: &AppState, handle: &AttemptHandle) {
+    let mut tick = tokio::time::interval(state.inner.settings.lease / 3);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match state
+            .inner
+            .store
+            .heartbeat(handle, state.inner.settings.lease)
+            .await
+        {
+            Ok(_) => {}
+            // The database is away: the next beat tries again.
+            Err(e) if e.outage().is_some() => {}
+            // The lease is gone or the attempt closed: nothing to keep.
+            Err(_) => return,
         }
     }
 }

@@ -58,17 +58,18 @@ pub struct Drive {
     pub providers: Arc<[Eligible]>,
 }
 
+/// Drives the job on a task of the router's own.
 pub fn spawn(state: AppState, drive: Drive) {
     let tasks = state.inner.tasks.clone();
+    tasks.spawn(async move { self::drive(&state, drive).await });
+}
+
+/// Drives the job to its end and wakes whoever waits on it.
+pub async fn drive(state: &AppState, drive: Drive) {
     let span = tracing::info_span!("job", job_id = %drive.job_id);
-    tasks.spawn(
-        async move {
-            let job_id = drive.job_id.clone();
-            let snapshot = run(&state, drive).await;
-            state.inner.settled.settle(&job_id, snapshot);
-        }
-        .instrument(span),
-    );
+    let job_id = drive.job_id.clone();
+    let snapshot = run(state, drive).instrument(span).await;
+    state.inner.settled.settle(&job_id, snapshot);
 }
 
 /// Drives the job to its end; the job as its winning commit left it, when
@@ -95,7 +96,7 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
     loop {
         let handle_now = match handle.take() {
             Some(handle) => handle,
-            None => start(state, &drive, &at.id, Slot::Primary).await?,
+            None => start(state, &drive, &at, Slot::Primary).await?,
         };
         let attempt_at = |handle: AttemptHandle, at: &Eligible, place: usize| {
             attempt(
@@ -134,7 +135,7 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
                         match now {
                             None => primary.await,
                             Some(hedge_provider) => {
-                                let hedge = start(state, &drive, &hedge_provider.id, Slot::Hedge).await?;
+                                let hedge = start(state, &drive, &hedge_provider, Slot::Hedge).await?;
                                 let hedged = attempt_at(hedge, &hedge_provider, i + 1);
                                 let (a, b) = tokio::join!(primary, hedged);
                                 match (a, b) {
@@ -159,13 +160,14 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
 async fn start(
     state: &AppState,
     drive: &Drive,
-    provider: &str,
+    at: &Eligible,
     slot: Slot,
 ) -> Option<AttemptHandle> {
     let start = StartAttempt {
-        provider: provider.to_owned(),
+        provider: at.id.clone(),
         slot,
         lease: state.inner.settings.lease,
+        trust: Some(at.trust(&drive.served.contract.id)),
     };
     match state
         .inner

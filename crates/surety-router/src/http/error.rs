@@ -214,6 +214,8 @@ impl From<surety_store::StoreError> for ApiError {
                 ApiError::new(Problem::NotFound, error.to_string())
             }
             E::AttemptOpen { .. } => ApiError::new(Problem::AttemptOpen, error.to_string()),
+            // Demoted since eligibility was read: no provider is certified now.
+            E::Demoted { .. } => ApiError::new(Problem::NoCertifiedProvider, error.to_string()),
             E::Transition(surety_core::TransitionError::Job { .. }) => {
                 ApiError::new(Problem::JobSettled, error.to_string())
             }

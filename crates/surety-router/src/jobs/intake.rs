@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use surety_core::{Fingerprint, IdempotencyKey};
 use surety_providers::Message;
-use surety_store::{Created, Job, JobKind, NewJob, OwnerId, Slot, StartAttempt};
+use surety_store::{Created, Job, JobKind, NewJob, OwnerId, Slot, StartAttempt, StoreError};
 use tracing::Instrument;
 
 use super::JobError;
@@ -36,15 +36,32 @@ pub fn route_and_contract<'s>(
     Ok((route, contract))
 }
 
+/// Which open demotions eligibility is judged with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demotions {
+    /// As this router last read them, unless they list one of the
+    /// contract's (which may have been lifted since): then read. A
+    /// demotion made since is refused by the attempt's own insert.
+    Seen,
+    /// Read from the database now.
+    Read,
+}
+
 /// The route's providers the manifest certifies for its contract now, in
 /// order; never empty: with none, a 503 saying why each is not.
 pub async fn certified(
     state: &AppState,
     route: &Route,
     served: &ServedContract,
+    demotions: Demotions,
 ) -> Result<Vec<Eligible>, JobError> {
     let contract = &served.contract;
-    let (eligible, why_not) = state.inner.certifier().await?.eligible(route, served);
+    let seen = state.inner.certifier_seen();
+    let certifier = match demotions {
+        Demotions::Seen if !seen.lists_demotions_of(&contract.id) => seen,
+        Demotions::Seen | Demotions::Read => state.inner.certifier().await?,
+    };
+    let (eligible, why_not) = certifier.eligible(route, served);
     if eligible.is_empty() {
         return Err(JobError::NoCertifiedProvider {
             route: route.id.clone(),
@@ -133,20 +150,38 @@ pub async fn create_or_replay(
     // Once asked for, a job's creation and dispatch run on the router's own
     // task, whatever becomes of this request: a client that goes away
     // between the commit and the dispatch cannot strand a committed job.
+    // The task answers this request as soon as the job is recorded, then
+    // drives it.
+    let (answer, created) = tokio::sync::oneshot::channel();
     let detached = state.clone();
-    state
-        .inner
-        .tasks
-        .spawn(async move { create_and_dispatch(&detached, intake, watch).await }.in_current_span())
+    state.inner.tasks.spawn(
+        async move {
+            match create(&detached, intake, watch).await {
+                Ok((job, drive)) => {
+                    let _ = answer.send(Ok(job));
+                    if let Some(drive) = drive {
+                        dispatch::drive(&detached, drive).await;
+                    }
+                }
+                Err(e) => {
+                    let _ = answer.send(Err(e));
+                }
+            }
+        }
+        .in_current_span(),
+    );
+    created
         .await
-        .map_err(JobError::internal)?
+        .map_err(|_| JobError::internal("the job's task ended before it answered"))?
 }
 
-pub async fn create_and_dispatch(
+/// The job the key names, or a new one recorded with its first attempt
+/// and what drives it.
+async fn create(
     state: &AppState,
     intake: Intake,
     watch: bool,
-) -> Result<CreatedJob, JobError> {
+) -> Result<(CreatedJob, Option<Drive>), JobError> {
     let new = &intake.job;
     let conflict = |state: &AppState| {
         state.inner.metrics.conflicts.inc();
@@ -157,28 +192,41 @@ pub async fn create_and_dispatch(
     // job costs no read first. Only a new job needs a certified provider:
     // when none is, or eligibility cannot be read, the key is looked up
     // before refusing, so a replay is answered whatever the manifest says.
-    let providers = match certified(state, &intake.route, &intake.served).await {
-        Ok(providers) => providers,
-        Err(refusal) => match state.inner.store.find(new).await? {
-            Some(Created::Replayed(job)) => {
-                return Ok(replayed(state, job, watch));
-            }
-            Some(Created::Conflict) => return Err(conflict(state)),
-            Some(Created::New(_)) | None => return Err(refusal),
-        },
-    };
-    let first = StartAttempt {
-        provider: providers
+    // The first provider is chosen by the demotions as this router last
+    // read them; the attempt's insert checks them in the database, and a
+    // provider demoted since is refused there: then they are read and the
+    // choice made again (each demotion read this way is one provider fewer).
+    let mut demotions = Demotions::Seen;
+    let (job, first, providers) = loop {
+        let providers = match certified(state, &intake.route, &intake.served, demotions).await {
+            Ok(providers) => providers,
+            Err(refusal) => match state.inner.store.find(new).await? {
+                Some(Created::Replayed(job)) => {
+                    return Ok((replayed(state, job, watch), None));
+                }
+                Some(Created::Conflict) => return Err(conflict(state)),
+                Some(Created::New(_)) | None => return Err(refusal),
+            },
+        };
+        let at = providers
             .first()
-            .map(|p| p.id.clone())
-            .ok_or_else(|| JobError::internal("no eligible provider"))?,
-        slot: Slot::Primary,
-        lease: state.inner.settings.lease,
-    };
-    let (job, first) = match state.inner.store.create_and_start(new, &first).await? {
-        (Created::New(job), first) => (job, first),
-        (Created::Replayed(job), _) => return Ok(replayed(state, job, watch)),
-        (Created::Conflict, _) => return Err(conflict(state)),
+            .ok_or_else(|| JobError::internal("no eligible provider"))?;
+        let first = StartAttempt {
+            provider: at.id.clone(),
+            slot: Slot::Primary,
+            lease: state.inner.settings.lease,
+            trust: Some(at.trust(&intake.served.contract.id)),
+        };
+        match state.inner.store.create_and_start(new, &first).await {
+            Ok((Created::New(job), first)) => break (job, first, providers),
+            Ok((Created::Replayed(job), _)) => return Ok((replayed(state, job, watch), None)),
+            Ok((Created::Conflict, _)) => return Err(conflict(state)),
+            Err(StoreError::Demoted { provider, .. }) => {
+                tracing::info!(%provider, "the database refused a provider demoted since this router last read: reading again");
+                demotions = Demotions::Read;
+            }
+            Err(e) => return Err(e.into()),
+        }
     };
     let waiter = watch.then(|| state.inner.settled.watch(&job.id));
     state.inner.metrics.jobs_created.inc();
@@ -193,12 +241,12 @@ pub async fn create_and_dispatch(
         first,
         providers: providers.into(),
     };
-    dispatch::spawn(state.clone(), drive);
-    Ok(CreatedJob {
+    let created = CreatedJob {
         job,
         replayed: false,
         waiter,
-    })
+    };
+    Ok((created, Some(drive)))
 }
 
 /// The job a replayed key names, counted.

@@ -6,7 +6,7 @@ use surety_providers::Message;
 use surety_store::{Job, JobId, OwnerId, Slot, StartAttempt};
 
 use super::JobError;
-use super::intake::{certified, route_and_contract};
+use super::intake::{Demotions, certified, route_and_contract};
 use crate::certification::ServedContract;
 use crate::dispatch::{self, Drive};
 use crate::state::AppState;
@@ -31,7 +31,7 @@ pub fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, 
 pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<(), JobError> {
     let job = state.inner.store.job(owner, job_id).await?;
     let (route, served) = route_and_contract(state, &job.route)?;
-    let eligible = certified(state, &route, served).await?;
+    let eligible = certified(state, &route, served, Demotions::Read).await?;
     let contract = &served.contract;
     // Built before the attempt starts: an input that no longer fits its
     // contract starts nothing.
@@ -45,6 +45,7 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
         provider: first.id.clone(),
         slot: Slot::Primary,
         lease: state.inner.settings.lease,
+        trust: Some(first.trust(&contract.id)),
     };
     let handle = state
         .inner
