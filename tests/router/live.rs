@@ -218,16 +218,7 @@ pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb)
             until(async || primary.calls() == 1).await,
             "the first attempt is running"
         );
-        let why = "demoted: 3 of the last 50 live checks broke the contract — decided elsewhere";
-        assert!(
-            router
-                .state
-                .inner
-                .store
-                .demote("fake-b", "language-detect", why)
-                .await
-                .unwrap()
-        );
+        demoted_elsewhere(&router, "fake-b").await;
     };
     let ((_, _, job), ()) = tokio::join!(create, demote);
     assert_eq!(job["state"], "failed", "{job}");
@@ -237,6 +228,21 @@ pub async fn a_demotion_decided_while_a_job_runs_stops_its_failover(db: &TestDb)
         "no failover to the demoted fallback: {job}"
     );
     assert_eq!(fallback.calls(), 0);
+}
+
+/// `provider` demoted for `language-detect` as another replica would: in
+/// the store, behind this router's back.
+async fn demoted_elsewhere(router: &Router, provider: &str) {
+    let why = "demoted: 3 of the last 50 live checks broke the contract — decided elsewhere";
+    assert!(
+        router
+            .state
+            .inner
+            .store
+            .demote(provider, "language-detect", why)
+            .await
+            .unwrap()
+    );
 }
 
 /// A demotion another replica commits counts for the very next job, though
@@ -255,16 +261,7 @@ pub async fn a_demotion_made_elsewhere_counts_for_the_next_job_at_once(db: &Test
         .await;
     assert_eq!(job["state"], "succeeded", "{job}");
     assert_eq!(primary.calls(), 1);
-    let why = "demoted: 3 of the last 50 live checks broke the contract — decided elsewhere";
-    assert!(
-        router
-            .state
-            .inner
-            .store
-            .demote("fake-a", "language-detect", why)
-            .await
-            .unwrap()
-    );
+    demoted_elsewhere(&router, "fake-a").await;
     let (_, _, job) = router
         .create(ACME, "else-2", &detect("Guten Tag"), Some(10))
         .await;

@@ -134,15 +134,20 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
                         };
                         match now {
                             None => primary.await,
-                            Some(hedge_provider) => {
-                                let hedge = start(state, &drive, &hedge_provider, Slot::Hedge).await?;
-                                let hedged = attempt_at(hedge, &hedge_provider, i + 1);
-                                let (a, b) = tokio::join!(primary, hedged);
-                                match (a, b) {
-                                    (End::Failed(_), End::Failed(next)) => End::Failed(next),
-                                    (End::Failed(_), other) | (other, _) => other,
+                            // A hedge that does not start (the job won
+                            // meanwhile, or the database refused it) leaves
+                            // the primary to finish, never abandoned.
+                            Some(hedge_provider) => match start(state, &drive, &hedge_provider, Slot::Hedge).await {
+                                None => primary.await,
+                                Some(hedge) => {
+                                    let hedged = attempt_at(hedge, &hedge_provider, i + 1);
+                                    let (a, b) = tokio::join!(primary, hedged);
+                                    match (a, b) {
+                                        (End::Failed(_), End::Failed(next)) => End::Failed(next),
+                                        (End::Failed(_), other) | (other, _) => other,
+                                    }
                                 }
-                            }
+                            },
                         }
                     }
                 }
