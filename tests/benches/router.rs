@@ -194,9 +194,8 @@ async fn run() {
                 break;
             };
             let dir = serve::workspace(&repo, &db.url, &fake, server);
-            // The router's own lines only: a line per request would be the load.
-            let log = "info,surety_store=warn,surety_router=warn,tower_http=warn";
-            let router = RouterProcess::start_with(&build.bin, dir.path(), &[], log).await;
+            let log = router_log();
+            let router = RouterProcess::start_with(&build.bin, dir.path(), &[], &log).await;
             routers.push((router, dir, db));
         }
         if routers.len() < builds.len() {
@@ -427,7 +426,7 @@ async fn shadow_cost(
         ("fake-c", &fakes[2]),
     ];
     let shadow = "[routes.language.shadow]\nsampling = 0.05\nhourly_budget = 100000000\n";
-    let log = "info,surety_store=warn,surety_router=warn,tower_http=warn";
+    let log = router_log();
     let mut routers = Vec::new();
     let mut dbs = Vec::new();
     for route in ["", shadow] {
@@ -436,7 +435,7 @@ async fn shadow_cost(
         };
         let dir = serve::workspace_routed(repo, &db.url, &providers, route, "");
         routers.push((
-            RouterProcess::start_with(bin, dir.path(), &[], log).await,
+            RouterProcess::start_with(bin, dir.path(), &[], &log).await,
             dir,
         ));
         dbs.push(db);
@@ -519,8 +518,8 @@ async fn streams(
     };
     let server = "max_connections = 4096\nowner_max_in_flight = 1024\n";
     let dir = serve::workspace(repo, &db.url, fake, server);
-    let log = "info,surety_store=warn,surety_router=warn,tower_http=warn";
-    let router = RouterProcess::start_with(bin, dir.path(), &[], log).await;
+    let log = router_log();
+    let router = RouterProcess::start_with(bin, dir.path(), &[], &log).await;
     let contract =
         surety_contracts::Contract::load(&repo.join("contracts/language-detect")).unwrap();
     let rendered = contract.render(&json!({"text": "Hello there"})).unwrap();
@@ -683,6 +682,14 @@ async fn durable_commits(db: &TestDb, n: usize) -> Sample {
         latencies,
         elapsed: started.elapsed(),
     }
+}
+
+/// The router's log filter: by default its own lines only at `warn` (a
+/// line per request would be the load); `SURETY_BENCH_LOG` sets another
+/// (`info`, the shipped default, to price the per-job lines).
+fn router_log() -> String {
+    std::env::var("SURETY_BENCH_LOG")
+        .unwrap_or_else(|_| "info,surety_store=warn,surety_router=warn,tower_http=warn".to_owned())
 }
 
 /// Whether `item` is in the comma-separated list in `var` (all when unset),
