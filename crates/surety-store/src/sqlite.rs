@@ -7,8 +7,9 @@
 //! each operation inside a savepoint of its own (an operation that fails is
 //! rolled back alone), and commits once: group commit. Nobody hears back
 //! before the commit that made their write durable has returned. When
-//! nothing is queued and the connection is free, a write runs in place on
-//! the caller's thread instead: an idle store costs no hand-off at all.
+//! nothing is queued, the connection is free and no commit ended in the
+//! last 200 µs, a write runs in place on the caller's thread instead: an
+//! idle store costs no hand-off at all, and a busy one commits together.
 //!
 //! Reads run on the caller's thread on a pooled connection: in WAL mode a
 //! reader sees the last commit and never waits for the writer.
@@ -23,7 +24,7 @@
 //! SQLite's automatic checkpoint would stall every write queued behind it.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
@@ -37,6 +38,14 @@ use crate::{Outage, SqliteSync};
 
 /// The most operations one transaction carries.
 const MAX_BATCH: usize = 256;
+/// A write runs in place only when no commit ended this recently (µs):
+/// under load, writes arrive on each other's heels and a write in place
+/// commits alone while blocking a runtime thread, so they queue and
+/// commit together instead. Measured (`bench router`, SQLite, 64 clients,
+/// same run): in place whenever the connection was free, 5,380 jobs/s and
+/// 225 µs of CPU per job; with this window, 5,640–6,070 and 190–204 µs; at
+/// 500 jobs/s the p50 stays within 0.06 ms (always queueing cost 0.2 ms).
+const QUIET_US: u64 = 200;
 /// The least time between two checkpoints.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// The WAL's bound: past three quarters of it, the checkpointer pauses
@@ -124,6 +133,9 @@ struct Shared {
     conn: Mutex<Connection>,
     /// Writes sent to the writer thread and not yet answered by it.
     queued: AtomicUsize,
+    /// When the last commit ended, in µs since `epoch`.
+    last_commit_us: AtomicU64,
+    epoch: std::time::Instant,
     closed: AtomicBool,
     /// Tells the checkpointer a commit happened.
     committed: mpsc::SyncSender<()>,
@@ -135,6 +147,17 @@ struct Shared {
 impl Shared {
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether no commit ended in the last [`QUIET_US`]: writes are not
+    /// arriving on each other's heels, so one may run in place.
+    fn quiet(&self) -> bool {
+        let last = self.last_commit_us.load(Ordering::Acquire);
+        self.now_us().saturating_sub(last) >= QUIET_US
     }
 
     /// The connection, if nobody holds it now.
@@ -150,6 +173,7 @@ impl Shared {
     /// and answers every write in it.
     fn commit(&self, conn: &Connection, batch: &mut Vec<Box<dyn Write>>, queued: usize) {
         let outcome = run_batch(conn, batch);
+        self.last_commit_us.store(self.now_us(), Ordering::Release);
         // One pending signal is enough: the checkpointer sees every commit so far.
         let _ = self.committed.try_send(());
         // Counted until committed, so an in-place write never overtakes them;
@@ -220,6 +244,8 @@ impl Sqlite {
         let shared = Arc::new(Shared {
             conn: Mutex::new(conn),
             queued: AtomicUsize::new(0),
+            last_commit_us: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
             closed: AtomicBool::new(false),
             committed,
             readers_gate: std::sync::RwLock::new(()),
@@ -267,6 +293,7 @@ impl Sqlite {
         })];
         // Queued writes go first; and a busy connection means a batch is on.
         if self.shared.queued.load(Ordering::Acquire) == 0
+            && self.shared.quiet()
             && let Some(conn) = self.shared.try_conn()
         {
             self.shared.commit(&conn, &mut op, 0);
