@@ -94,9 +94,14 @@ fn main() -> Result<()> {
     }
 }
 
+/// The checkout `cargo xtask` was run in: `cargo run` says where xtask's
+/// manifest is as it runs (the path built in may be another checkout's,
+/// when two share a target directory and cargo reused its build).
 fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.parent().unwrap_or(&manifest).to_path_buf()
 }
 
 fn test(root: &Path) -> Result<()> {
