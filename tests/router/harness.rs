@@ -36,14 +36,21 @@ pub fn language_script() -> Script {
 /// A fake that answers every language-detect case right, and anything
 /// else as `otherwise` does.
 pub fn language_script_else(otherwise: Behavior) -> Script {
+    cases_script("language-detect", "text", otherwise)
+}
+
+/// A fake that answers every case of `contract` with its right answer (the
+/// case found by its input's `field` in the prompt), and anything else as
+/// `otherwise` does.
+pub fn cases_script(contract_id: &str, field: &str, otherwise: Behavior) -> Script {
     let answers: Value = serde_json::from_str(include_str!("../data/fake-answers.json")).unwrap();
-    let contract = contract("language-detect");
+    let contract = contract(contract_id);
     let mut script = Script::always(otherwise);
     for case in &contract.cases {
-        let text = case.input["text"].as_str().unwrap().to_owned();
+        let text = case.input[field].as_str().unwrap().to_owned();
         script = script.rule(
             When::PromptContains(text),
-            Behavior::Reply(answers["language-detect"][&case.name].to_string()),
+            Behavior::Reply(answers[contract_id][&case.name].to_string()),
         );
     }
     script

@@ -5,24 +5,15 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use surety_fake_provider::{Behavior, FakeProvider, Script, When};
+use surety_fake_provider::{Behavior, FakeProvider, Script};
 use surety_tests::TestDb;
 
 use crate::harness::{ACME, Router, contract, providers_tried};
 
 /// A fake that answers every support-action case with its right call.
 pub fn support_script() -> Script {
-    let answers: Value = serde_json::from_str(include_str!("../data/fake-answers.json")).unwrap();
-    let contract = contract("support-action");
-    let mut script = Script::always(Behavior::Reply("I will look into it.".to_owned()));
-    for case in &contract.cases {
-        let message = case.input["message"].as_str().unwrap().to_owned();
-        script = script.rule(
-            When::PromptContains(message),
-            Behavior::Reply(answers["support-action"][&case.name].to_string()),
-        );
-    }
-    script
+    let prose = Behavior::Reply("I will look into it.".to_owned());
+    crate::harness::cases_script("support-action", "message", prose)
 }
 
 /// `[providers.<id>]` of `kind` at `fake`, and its configuration.
