@@ -1,8 +1,10 @@
 //! `cargo xtask bench router`: load through `surety serve` (a separate
 //! process, built in release) against a fake upstream that answers at once,
 //! beside the same load sent straight to the fake, in the same run, on
-//! SQLite and on PostgreSQL. Closed loop at 1, 16 and 64 clients; open loop
-//! at fixed rates. Every job is durable before the provider call and the
+//! SQLite and on PostgreSQL. Closed loop at 1, 16 and 64 clients, driven
+//! by `wrk` (a second process, in C: the load costs the two cores far less
+//! than the router, as when the issue measured surety); open loop at fixed
+//! rates, in process. Every job is durable before the provider call and the
 //! client waits for the answer (`Prefer: wait`). Figures go to stdout and,
 //! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).
 //! `SURETY_BENCH_SECS` sets a cell's length; `SURETY_BENCH_ENGINES` and
@@ -36,8 +38,11 @@ async fn main() {
     run().await;
 }
 
-/// Latencies in microseconds, and how many requests completed in how long.
+/// How many requests completed in how long, and their latencies in
+/// microseconds: each one's (the in-process load), or 1,000 quantiles
+/// standing for them (`wrk`'s, which keeps a histogram).
 struct Sample {
+    count: u64,
     latencies: Vec<u64>,
     elapsed: Duration,
 }
@@ -45,19 +50,30 @@ struct Sample {
 impl Sample {
     fn empty() -> Sample {
         Sample {
+            count: 0,
             latencies: Vec::new(),
             elapsed: Duration::ZERO,
         }
     }
 
-    /// Both samples as one: their requests, over both their times.
+    fn of(latencies: Vec<u64>, elapsed: Duration) -> Sample {
+        Sample {
+            count: latencies.len() as u64,
+            latencies,
+            elapsed,
+        }
+    }
+
+    /// Both samples as one: their requests, over both their times (two
+    /// `wrk` runs' quantiles pooled weigh alike: ABAB rounds of one length).
     fn merge(&mut self, other: Sample) {
+        self.count += other.count;
         self.latencies.extend(other.latencies);
         self.elapsed += other.elapsed;
     }
 
     fn rate(&self) -> f64 {
-        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+        self.count as f64 / self.elapsed.as_secs_f64()
     }
 
     fn pct(&self, q: f64) -> f64 {
@@ -85,11 +101,11 @@ struct Measured {
 
 impl Measured {
     fn cpu_per_job_us(&self) -> f64 {
-        self.cpu_seconds * 1e6 / self.sample.latencies.len().max(1) as f64
+        self.cpu_seconds * 1e6 / self.sample.count.max(1) as f64
     }
 
     fn json(&self) -> Value {
-        json!({"per_s": self.sample.rate(), "p50_ms": self.sample.pct(0.5), "p99_ms": self.sample.pct(0.99), "n": self.sample.latencies.len(), "cpu_per_job_us": self.cpu_per_job_us()})
+        json!({"per_s": self.sample.rate(), "p50_ms": self.sample.pct(0.5), "p99_ms": self.sample.pct(0.99), "n": self.sample.count, "cpu_per_job_us": self.cpu_per_job_us()})
     }
 }
 
@@ -226,7 +242,7 @@ async fn run() {
                     .await;
                     m.cpu_seconds += router.cpu_seconds() - cpu_before;
                     if let Some(perf) = profiling {
-                        stop_profile(perf, round.latencies.len()).await;
+                        stop_profile(perf, round.count).await;
                     }
                     m.sample.merge(round);
                 }
@@ -240,7 +256,7 @@ async fn run() {
             .await;
             let mut cell = json!({
                 "engine": name, "load": label,
-                "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.latencies.len()},
+                "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.count},
             });
             for (build, m) in builds.iter().zip(&measured) {
                 let through = &m.sample;
@@ -307,7 +323,7 @@ async fn run() {
                 commit.pct(0.5),
                 commit.pct(0.99)
             );
-            cells.push(json!({"engine": name, "durable_commit": {"p50_ms": commit.pct(0.5), "p99_ms": commit.pct(0.99), "n": commit.latencies.len()}}));
+            cells.push(json!({"engine": name, "durable_commit": {"p50_ms": commit.pct(0.5), "p99_ms": commit.pct(0.99), "n": commit.count}}));
         }
     }
     if !ratios.is_empty() {
@@ -383,7 +399,7 @@ fn profile(router: &RouterProcess, profiled: &mut bool) -> Option<tokio::process
 
 /// Stops `perf` (SIGINT, so it writes its data out) and says how many jobs
 /// the profile covers, for the per-job figures.
-async fn stop_profile(mut perf: tokio::process::Child, jobs: usize) {
+async fn stop_profile(mut perf: tokio::process::Child, jobs: u64) {
     if let Some(pid) = perf.id() {
         let _ = tokio::process::Command::new("kill")
             .args(["-INT", &pid.to_string()])
@@ -472,7 +488,7 @@ async fn shadow_cost(
         let [plain, shadowed] = &samples;
         let ratio = shadowed.rate() / plain.rate();
         let added = shadowed.pct(0.99) - plain.pct(0.99);
-        let jobs = shadowed.latencies.len();
+        let jobs = shadowed.count;
         println!(
             "{name:<9} {label:<24} without {:>7.0}/s p99 {:>6.2} ms; with {:>7.0}/s p99 {:>6.2} ms: throughput ratio {ratio:.3} (target >= 0.90), p99 added {added:+.2} ms (target <= 0.5; without vs without: {spread:.2} ms apart); {shadow_calls} shadow calls for {jobs} jobs",
             plain.rate(),
@@ -482,7 +498,7 @@ async fn shadow_cost(
         );
         out.push(json!({
             "engine": name, "load": label,
-            "without_shadow": {"per_s": plain.rate(), "p50_ms": plain.pct(0.5), "p99_ms": plain.pct(0.99), "n": plain.latencies.len()},
+            "without_shadow": {"per_s": plain.rate(), "p50_ms": plain.pct(0.5), "p99_ms": plain.pct(0.99), "n": plain.count},
             "with_shadow": {"per_s": shadowed.rate(), "p50_ms": shadowed.pct(0.5), "p99_ms": shadowed.pct(0.99), "n": jobs},
             "throughput_ratio": ratio,
             "p99_added_ms": added,
@@ -570,14 +586,8 @@ async fn streams(
     }
     let results = tasks.join_all().await;
     let elapsed = started.elapsed();
-    let first = Sample {
-        latencies: results.iter().map(|r| r.0).collect(),
-        elapsed,
-    };
-    let whole = Sample {
-        latencies: results.iter().map(|r| r.1).collect(),
-        elapsed,
-    };
+    let first = Sample::of(results.iter().map(|r| r.0).collect(), elapsed);
+    let whole = Sample::of(results.iter().map(|r| r.1).collect(), elapsed);
     // The upstream alone, as many at once.
     let go = Arc::new(tokio::sync::Barrier::new(STREAMS));
     let mut tasks = tokio::task::JoinSet::new();
@@ -596,10 +606,7 @@ async fn streams(
             sent.elapsed().as_micros() as u64
         });
     }
-    let direct = Sample {
-        latencies: tasks.join_all().await,
-        elapsed,
-    };
+    let direct = Sample::of(tasks.join_all().await, elapsed);
     let rss = router.rss_kib();
     router.kill().await;
     let added = (
@@ -678,10 +685,7 @@ async fn durable_commits(db: &TestDb, n: usize) -> Sample {
         db.exec("INSERT INTO bench_commit (x) VALUES (1)").await;
         latencies.push(one.elapsed().as_micros() as u64);
     }
-    Sample {
-        latencies,
-        elapsed: started.elapsed(),
-    }
+    Sample::of(latencies, started.elapsed())
 }
 
 /// The router's log filter: by default its own lines only at `warn` (a
@@ -710,26 +714,39 @@ enum Target {
     Direct(String),
 }
 
+impl Target {
+    /// Where a request goes: a job, or the same prompt straight to the fake.
+    fn url(&self) -> String {
+        match self {
+            Target::Router(base) => format!("{base}/v1/jobs"),
+            Target::Direct(base) => format!("{base}/chat/completions"),
+        }
+    }
+
+    fn body(&self) -> Value {
+        match self {
+            Target::Router(_) => json!({"route": "language", "input": {"text": "Hello there"}}),
+            Target::Direct(_) => {
+                json!({"model": "fake", "messages": [{"role": "user", "content": "Hello there"}]})
+            }
+        }
+    }
+}
+
+/// One request of the open loop, in process (reqwest): its latency (µs).
 async fn one(client: &reqwest::Client, target: &Target, n: u64) -> u64 {
     let started = Instant::now();
+    let request = client.post(target.url()).json(&target.body());
     let response = match target {
-        Target::Router(base) => {
-            client
-                .post(format!("{base}/v1/jobs"))
+        Target::Router(_) => {
+            request
                 .bearer_auth(KEY)
                 .header("Idempotency-Key", format!("bench-{n}"))
                 .header("Prefer", "wait=30")
-                .json(&json!({"route": "language", "input": {"text": "Hello there"}}))
                 .send()
                 .await
         }
-        Target::Direct(base) => client
-            .post(format!("{base}/chat/completions"))
-            .json(
-                &json!({"model": "fake", "messages": [{"role": "user", "content": "Hello there"}]}),
-            )
-            .send()
-            .await,
+        Target::Direct(_) => request.send().await,
     };
     let body: Value = response.unwrap().json().await.unwrap_or(Value::Null);
     if let Target::Router(_) = target {
@@ -738,52 +755,149 @@ async fn one(client: &reqwest::Client, target: &Target, n: u64) -> u64 {
     started.elapsed().as_micros() as u64
 }
 
+/// `wrk`'s script: a fresh Idempotency-Key per request (the run's nonce,
+/// the thread, a count), every answer checked (a status below 300 and the
+/// expected text in the body), and at the end one line of JSON: requests,
+/// time, socket errors, bad answers (the first as an example) and 1,000
+/// latency quantiles (µs).
+const WRK_SCRIPT: &str = r#"
+local threads = {}
+local next_id = 0
+function setup(thread)
+  thread:set("id", next_id)
+  next_id = next_id + 1
+  table.insert(threads, thread)
+end
+function init(args)
+  count, bad, example = 0, 0, ""
+  prefix, body, expect = args[1], args[2], args[3]
+  headers = {["Content-Type"] = "application/json"}
+  if args[4] ~= "" then
+    headers["Authorization"] = "Bearer " .. args[4]
+    headers["Prefer"] = "wait=30"
+  end
+end
+function request()
+  count = count + 1
+  if prefix ~= "" then
+    headers["Idempotency-Key"] = prefix .. "-" .. id .. "-" .. count
+  end
+  return wrk.format("POST", nil, headers, body)
+end
+function response(status, _, answer)
+  if status >= 300 or not string.find(answer, expect, 1, true) then
+    bad = bad + 1
+    if example == "" then example = status .. " " .. answer end
+  end
+end
+function done(summary, latency, _)
+  local bad_total, first = 0, ""
+  for _, thread in ipairs(threads) do
+    bad_total = bad_total + thread:get("bad")
+    if first == "" then first = thread:get("example") end
+  end
+  local q = {}
+  for i = 0, 999 do q[#q + 1] = string.format("%d", latency:percentile((i + 0.5) / 10)) end
+  local e = summary.errors
+  io.write(string.format(
+    'SURETY-WRK {"requests":%d,"duration_us":%d,"socket_errors":%d,"bad":%d,"example":"%s","quantiles_us":[%s]}\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout,
+    bad_total, (first:gsub('[%c"\\]', " ")), table.concat(q, ",")))
+end
+"#;
+
+/// A closed-loop cell: `clients` connections, each sending its next
+/// request as soon as its last is answered, for `duration`, by `wrk`
+/// (`SURETY_WRK`, which `cargo xtask bench router` installs); the
+/// benchmark fails on any socket error or bad answer.
+async fn wrk(clients: usize, duration: Duration, target: &Target, nonce: u64) -> Sample {
+    let program = std::env::var_os("SURETY_WRK")
+        .expect("SURETY_WRK: run through `cargo xtask bench router`, which installs wrk");
+    let script = std::env::temp_dir().join(format!("surety-bench-{}.lua", std::process::id()));
+    std::fs::write(&script, WRK_SCRIPT).unwrap();
+    let (url, body) = (target.url(), target.body().to_string());
+    let args = match target {
+        Target::Router(_) => [
+            format!("wrk{nonce}"),
+            body,
+            r#""state":"succeeded""#.to_owned(),
+            KEY.to_owned(),
+        ],
+        Target::Direct(_) => [
+            String::new(),
+            body,
+            r#""choices""#.to_owned(),
+            String::new(),
+        ],
+    };
+    let output = tokio::process::Command::new(program)
+        .args(["--threads", &clients.min(2).to_string()])
+        .args(["--connections", &clients.to_string()])
+        // wrk counts time in whole seconds.
+        .args(["--duration", &format!("{}s", duration.as_secs().max(1))])
+        .args(["--timeout", "30s"])
+        .arg("--script")
+        .arg(&script)
+        .arg(&url)
+        .arg("--")
+        .args(&args)
+        .output()
+        .await
+        .expect("wrk runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("SURETY-WRK "))
+        .unwrap_or_else(|| {
+            panic!(
+                "wrk said no figures ({}): {stdout}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let figures: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(figures["socket_errors"], 0, "wrk against {url}: {stdout}");
+    assert_eq!(
+        figures["bad"], 0,
+        "wrk against {url}: {}",
+        figures["example"]
+    );
+    Sample {
+        count: figures["requests"].as_u64().unwrap(),
+        latencies: serde_json::from_value(figures["quantiles_us"].clone()).unwrap(),
+        elapsed: Duration::from_micros(figures["duration_us"].as_u64().unwrap()),
+    }
+}
+
 async fn drive(
     client: &reqwest::Client,
     load: Load,
     target: Target,
     counter: Arc<AtomicU64>,
 ) -> Sample {
+    let rate = match load {
+        Load::Closed(clients) => {
+            let nonce = counter.fetch_add(1, Ordering::Relaxed);
+            return wrk(clients, secs(), &target, nonce).await;
+        }
+        Load::Open(rate) => rate,
+    };
     // An open-loop cell's p99 rests on its slowest 1%: four times the cell
     // length (12 s by default, 6,000 requests at 500/s) keeps it steady.
-    let duration = match load {
-        Load::Closed(_) => secs(),
-        Load::Open(_) => secs() * 4,
-    };
+    let duration = secs() * 4;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    match load {
-        Load::Closed(clients) => {
-            for _ in 0..clients {
-                let (client, target, counter) = (client.clone(), target.clone(), counter.clone());
-                tasks.spawn(async move {
-                    let mut latencies = Vec::new();
-                    while started.elapsed() < duration {
-                        latencies.push(
-                            one(&client, &target, counter.fetch_add(1, Ordering::Relaxed)).await,
-                        );
-                    }
-                    latencies
-                });
-            }
-        }
-        Load::Open(rate) => {
-            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            while started.elapsed() < duration {
-                tick.tick().await;
-                let (client, target, n) = (
-                    client.clone(),
-                    target.clone(),
-                    counter.fetch_add(1, Ordering::Relaxed),
-                );
-                tasks.spawn(async move { vec![one(&client, &target, n).await] });
-            }
-        }
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    while started.elapsed() < duration {
+        tick.tick().await;
+        let (client, target, n) = (
+            client.clone(),
+            target.clone(),
+            counter.fetch_add(1, Ordering::Relaxed),
+        );
+        tasks.spawn(async move { vec![one(&client, &target, n).await] });
     }
     let latencies = tasks.join_all().await.into_iter().flatten().collect();
-    Sample {
-        latencies,
-        elapsed: started.elapsed(),
-    }
+    Sample::of(latencies, started.elapsed())
 }

@@ -395,7 +395,10 @@ fn bench_router(root: &Path, compare: Option<&str>) -> Result<()> {
     };
     let head = dir.join("surety-head");
     std::fs::copy(release_surety(root)?, &head).context("copying the release surety aside")?;
-    let mut env = vec![("SURETY_BIN", head.clone().into_os_string())];
+    let mut env = vec![
+        ("SURETY_BIN", head.clone().into_os_string()),
+        ("SURETY_WRK", wrk()?.into_os_string()),
+    ];
     if let Some((base, name)) = base {
         if std::fs::read(&base)? == std::fs::read(&head)? {
             bail!("`{name}` builds the very same binary as the work tree: nothing to compare");
@@ -492,25 +495,36 @@ pub(crate) fn release_surety(root: &Path) -> Result<PathBuf> {
     Ok(target_dir(root).join("release/surety"))
 }
 
-/// Debian's Chromium, for the tests that look at pages in a real browser:
-/// installed from Debian's packages when it is missing (no browser is
-/// downloaded from anywhere else).
+/// Debian's Chromium, for the tests that look at pages in a real browser.
 fn chromium() -> Result<PathBuf> {
-    let path = PathBuf::from("/usr/bin/chromium");
+    debian_package("/usr/bin/chromium", "chromium", "the browser tests")
+}
+
+/// `wrk`, the load generator of `bench router`'s closed-loop cells (C,
+/// event-driven: it costs the two cores far less per request than the
+/// router does, so the cells measure the router).
+pub(crate) fn wrk() -> Result<PathBuf> {
+    debian_package("/usr/bin/wrk", "wrk", "bench router's load")
+}
+
+/// `path`, installed from Debian's `package` when it is missing (nothing
+/// is downloaded from anywhere else).
+fn debian_package(path: &str, package: &str, why: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(path);
     if path.is_file() {
         return Ok(path);
     }
-    eprintln!("installing Debian's chromium for the browser tests");
+    eprintln!("installing Debian's {package} for {why}");
     let install = || {
         Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "chromium"])
+            .args(["install", "-y", "--no-install-recommends", package])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
     };
     if !install().is_ok_and(|s| s.success()) {
         let updated = Command::new("apt-get").arg("update").status();
         if !updated.is_ok_and(|s| s.success()) || !install().is_ok_and(|s| s.success()) {
-            bail!("could not install Debian's chromium (apt-get install chromium)");
+            bail!("could not install Debian's {package} (apt-get install {package})");
         }
     }
     Ok(path)

@@ -23,6 +23,7 @@ pub fn router(root: &Path) -> Result<()> {
         );
     }
     let surety = crate::release_surety(root)?;
+    let wrk = crate::wrk()?;
     let dir = crate::target_dir(root).join("profile");
     std::fs::create_dir_all(&dir)?;
     let data = dir.join("perf.data");
@@ -33,6 +34,7 @@ pub fn router(root: &Path) -> Result<()> {
         "router",
         &[
             ("SURETY_BIN", surety.as_os_str()),
+            ("SURETY_WRK", wrk.as_os_str()),
             ("SURETY_PROFILE_OUT", data.as_os_str()),
             ("SURETY_BENCH_ENGINES", engines.as_ref()),
             ("SURETY_BENCH_CELLS", cells.as_ref()),
