@@ -43,6 +43,8 @@ async fn main() {
 /// standing for them (`wrk`'s, which keeps a histogram).
 struct Sample {
     count: u64,
+    /// Requests the router refused with 429 (not in `count`).
+    shed: u64,
     latencies: Vec<u64>,
     elapsed: Duration,
 }
@@ -51,6 +53,7 @@ impl Sample {
     fn empty() -> Sample {
         Sample {
             count: 0,
+            shed: 0,
             latencies: Vec::new(),
             elapsed: Duration::ZERO,
         }
@@ -59,6 +62,7 @@ impl Sample {
     fn of(latencies: Vec<u64>, elapsed: Duration) -> Sample {
         Sample {
             count: latencies.len() as u64,
+            shed: 0,
             latencies,
             elapsed,
         }
@@ -68,6 +72,7 @@ impl Sample {
     /// `wrk` runs' quantiles pooled weigh alike: ABAB rounds of one length).
     fn merge(&mut self, other: Sample) {
         self.count += other.count;
+        self.shed += other.shed;
         self.latencies.extend(other.latencies);
         self.elapsed += other.elapsed;
     }
@@ -96,16 +101,56 @@ struct Build {
 /// One build's figures in one cell.
 struct Measured {
     sample: Sample,
-    cpu_seconds: f64,
+    cpu: Cpu,
 }
 
 impl Measured {
+    /// The router's CPU per job, µs.
     fn cpu_per_job_us(&self) -> f64 {
-        self.cpu_seconds * 1e6 / self.sample.count.max(1) as f64
+        self.per_job_us(self.cpu.router)
+    }
+
+    fn per_job_us(&self, seconds: f64) -> f64 {
+        seconds * 1e6 / self.sample.count.max(1) as f64
     }
 
     fn json(&self) -> Value {
-        json!({"per_s": self.sample.rate(), "p50_ms": self.sample.pct(0.5), "p99_ms": self.sample.pct(0.99), "n": self.sample.count, "cpu_per_job_us": self.cpu_per_job_us()})
+        let c = &self.cpu;
+        json!({"per_s": self.sample.rate(), "p50_ms": self.sample.pct(0.5), "p99_ms": self.sample.pct(0.99), "n": self.sample.count, "shed": self.sample.shed, "cpu_per_job_us": self.cpu_per_job_us(),
+            "cpu_per_job_us_by_process": {"router": self.per_job_us(c.router), "postgres": self.per_job_us(c.postgres), "bench": self.per_job_us(c.bench), "wrk": self.per_job_us(c.wrk)}})
+    }
+}
+
+/// CPU seconds used by each process a cell runs on the machine's cores:
+/// the router; every PostgreSQL process (server, backends, background
+/// workers: zero-ish on SQLite); this benchmark's process (the fake
+/// upstream, and the open loop's client); `wrk` (the closed loops' client).
+#[derive(Debug, Default, Clone, Copy)]
+struct Cpu {
+    router: f64,
+    postgres: f64,
+    bench: f64,
+    wrk: f64,
+}
+
+impl Cpu {
+    fn now(router: &RouterProcess) -> Cpu {
+        let me = serve::cpu_seconds_of("self");
+        Cpu {
+            router: router.cpu_seconds(),
+            postgres: serve::postgres_cpu_seconds(),
+            bench: me.own,
+            wrk: me.children,
+        }
+    }
+
+    /// Adds what was used since `before`, read against `router`.
+    fn add_since(&mut self, before: Cpu, router: &RouterProcess) {
+        let now = Cpu::now(router);
+        self.router += now.router - before.router;
+        self.postgres += now.postgres - before.postgres;
+        self.bench += now.bench - before.bench;
+        self.wrk += now.wrk - before.wrk;
     }
 }
 
@@ -154,7 +199,7 @@ async fn run() {
         );
     }
     println!(
-        "{:<11} {:<9} {:<14} {:>10} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10} {:>10}",
+        "{:<11} {:<9} {:<14} {:>10} {:>8} {:>8} {:>10} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8}",
         "build",
         "engine",
         "load",
@@ -165,7 +210,10 @@ async fn run() {
         "p50",
         "p99",
         "added p99",
-        "cpu/job µs"
+        "cpu/job µs",
+        "pg µs",
+        "fake µs",
+        "wrk µs"
     );
     let mut profiled = false;
     // SQLite twice: as shipped (synchronous = NORMAL) and with an fsync per
@@ -223,7 +271,7 @@ async fn run() {
                 .iter()
                 .map(|_| Measured {
                     sample: Sample::empty(),
-                    cpu_seconds: 0.0,
+                    cpu: Cpu::default(),
                 })
                 .collect();
             // Compared builds alternate, ABAB, so a drift of the machine
@@ -232,7 +280,7 @@ async fn run() {
                 for ((router, _, _), m) in routers.iter().zip(&mut measured) {
                     // With SURETY_PROFILE_OUT, the first cell runs under `perf record`.
                     let profiling = profile(router, &mut profiled);
-                    let cpu_before = router.cpu_seconds();
+                    let cpu_before = Cpu::now(router);
                     let round = drive(
                         &client,
                         load,
@@ -240,7 +288,7 @@ async fn run() {
                         counter.clone(),
                     )
                     .await;
-                    m.cpu_seconds += router.cpu_seconds() - cpu_before;
+                    m.cpu.add_since(cpu_before, router);
                     if let Some(perf) = profiling {
                         stop_profile(perf, round.count).await;
                     }
@@ -262,7 +310,7 @@ async fn run() {
                 let through = &m.sample;
                 let added = through.pct(0.99) - direct.pct(0.99);
                 println!(
-                    "{:<11} {name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2} {:>10.0}",
+                    "{:<11} {name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2} {:>10.0} {:>8.0} {:>8.0} {:>8.0}",
                     build.name,
                     through.rate(),
                     through.pct(0.5),
@@ -271,8 +319,17 @@ async fn run() {
                     direct.pct(0.5),
                     direct.pct(0.99),
                     added,
-                    m.cpu_per_job_us()
+                    m.cpu_per_job_us(),
+                    m.per_job_us(m.cpu.postgres),
+                    m.per_job_us(m.cpu.bench),
+                    m.per_job_us(m.cpu.wrk),
                 );
+                if through.shed > 0 {
+                    println!(
+                        "{:<11} {name:<9} {label:<14} {} requests shed (429): this rate is past what the router serves here",
+                        build.name, through.shed
+                    );
+                }
                 let key = if build.name == "head" {
                     "router"
                 } else {
@@ -733,8 +790,10 @@ impl Target {
     }
 }
 
-/// One request of the open loop, in process (reqwest): its latency (µs).
-async fn one(client: &reqwest::Client, target: &Target, n: u64) -> u64 {
+/// One request of the open loop, in process (reqwest): its latency (µs),
+/// or none when the router shed it (429: the owner's in-flight limit, an
+/// open loop past what the machine serves).
+async fn one(client: &reqwest::Client, target: &Target, n: u64) -> Option<u64> {
     let started = Instant::now();
     let request = client.post(target.url()).json(&target.body());
     let response = match target {
@@ -748,11 +807,16 @@ async fn one(client: &reqwest::Client, target: &Target, n: u64) -> u64 {
         }
         Target::Direct(_) => request.send().await,
     };
-    let body: Value = response.unwrap().json().await.unwrap_or(Value::Null);
+    let response = response.unwrap();
+    let shed = response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS;
+    let body: Value = response.json().await.unwrap_or(Value::Null);
     if let Target::Router(_) = target {
+        if shed {
+            return None;
+        }
         assert_eq!(body["state"], "succeeded", "{body}");
     }
-    started.elapsed().as_micros() as u64
+    Some(started.elapsed().as_micros() as u64)
 }
 
 /// `wrk`'s script: a fresh Idempotency-Key per request (the run's nonce,
@@ -864,6 +928,7 @@ async fn wrk(clients: usize, duration: Duration, target: &Target, nonce: u64) ->
     );
     Sample {
         count: figures["requests"].as_u64().unwrap(),
+        shed: 0,
         latencies: serde_json::from_value(figures["quantiles_us"].clone()).unwrap(),
         elapsed: Duration::from_micros(figures["duration_us"].as_u64().unwrap()),
     }
@@ -896,8 +961,13 @@ async fn drive(
             target.clone(),
             counter.fetch_add(1, Ordering::Relaxed),
         );
-        tasks.spawn(async move { vec![one(&client, &target, n).await] });
+        tasks.spawn(async move { one(&client, &target, n).await });
     }
-    let latencies = tasks.join_all().await.into_iter().flatten().collect();
-    Sample::of(latencies, started.elapsed())
+    let answers = tasks.join_all().await;
+    let mut sample = Sample::of(
+        answers.iter().flatten().copied().collect(),
+        started.elapsed(),
+    );
+    sample.shed = answers.iter().filter(|a| a.is_none()).count() as u64;
+    sample
 }

@@ -164,21 +164,9 @@ impl RouterProcess {
         lines.iter().find(|l| found(l)).cloned().unwrap_or_default()
     }
 
-    /// The CPU time it has used so far, user and system, in seconds
-    /// (`/proc/<pid>/stat`, in the kernel's USER_HZ of 100 per second).
+    /// The CPU time it has used so far, user and system, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        // The fields after the command's closing parenthesis; utime and
-        // stime are the 14th and 15th of the line.
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        (ticks(11) + ticks(12)) as f64 / 100.0
+        cpu_seconds_of(&self.pid.to_string()).own
     }
 
     /// Its resident memory now, in KiB (`VmRSS`).
@@ -228,4 +216,50 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
                 .ok()
         })
         .unwrap_or(0)
+}
+
+/// A process's CPU time so far, user and system, in seconds: its own, and
+/// its children's that it has waited for (`/proc/<pid>/stat`, in the
+/// kernel's USER_HZ of 100 per second). `pid` may be `self`.
+pub fn cpu_seconds_of(pid: &str) -> ProcessCpu {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime, stime,
+    // cutime and cstime are the 14th to 17th of the line.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    ProcessCpu {
+        own: (ticks(11) + ticks(12)) as f64 / 100.0,
+        children: (ticks(13) + ticks(14)) as f64 / 100.0,
+    }
+}
+
+/// CPU seconds of a process and of its waited-for children.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessCpu {
+    pub own: f64,
+    pub children: f64,
+}
+
+/// The CPU time every running `postgres` process (the server, its
+/// backends and background workers) has used so far, in seconds.
+pub fn postgres_cpu_seconds() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(|pid| cpu_seconds_of(&pid).own)
+        .sum()
 }
