@@ -22,6 +22,7 @@ surety_tests::both_engines!(scenarios:
     cancelling_one_attempt_leaves_the_other_open_attempt_alone,
     reverse_order_finish_first_finisher_wins,
     the_winning_commits_view_is_what_a_read_returns,
+    a_win_that_waited_on_another_writer_returns_no_stale_view,
     the_schema_refuses_a_second_open_attempt_and_an_unallowed_hedge,
     two_owners_same_key_get_two_private_jobs,
     reaper_turns_expired_leases_unknown_and_late_heartbeats_change_nothing,

@@ -510,21 +510,86 @@ pub async fn the_winning_commits_view_is_what_a_read_returns(db: &TestDb) {
     };
     let (read, read_attempts) = store.job_and_attempts(&acme, &job.id).await.unwrap();
     assert_eq!(*won, read, "the winning commit's job is the job as read");
-    match db.engine {
-        surety_tests::Engine::Sqlite => {
-            let attempts = attempts.expect("SQLite reads the attempts in the winning write");
-            assert_eq!(attempts, read_attempts);
-            let states: Vec<_> = attempts.iter().map(|x| (x.ordinal, x.state)).collect();
-            assert_eq!(
-                states,
-                [
-                    (a.ordinal, AttemptState::Started),
-                    (b.ordinal, AttemptState::Succeeded)
-                ],
-                "the primary is still open: the view says so"
-            );
+    // SQLite reads them in the winning write; PostgreSQL returns them from
+    // the compare-and-swap statement (nothing changed the job meanwhile).
+    let attempts = attempts.expect("the winning write's view of the attempts");
+    assert_eq!(attempts, read_attempts);
+    let states: Vec<_> = attempts.iter().map(|x| (x.ordinal, x.state)).collect();
+    assert_eq!(
+        states,
+        [
+            (a.ordinal, AttemptState::Started),
+            (b.ordinal, AttemptState::Succeeded)
+        ],
+        "the primary is still open: the view says so"
+    );
+}
+
+/// Another writer changes the job's attempts and commits while the
+/// winning result waits for the job's lock: the view the win returns, if
+/// any, is the job as read after it, never the attempts as they were
+/// before that writer (on PostgreSQL the statement's snapshot predates the
+/// commit it waited for).
+pub async fn a_win_that_waited_on_another_writer_returns_no_stale_view(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let hedged = hedgeable_job("acme", "view-2", json!({"text": "hola"}));
+    let (Created::New(job), Some(a)) = store
+        .create_and_start(&hedged, &start("primary", Slot::Primary))
+        .await
+        .unwrap()
+    else {
+        panic!("expected a new job with its first attempt")
+    };
+    let b = store
+        .start_attempt(&acme, &job.id, &start("fallback", Slot::Hedge))
+        .await
+        .unwrap();
+    // The primary fails meanwhile, by hand, held open: the job's row
+    // written first, as every writer of the store does.
+    let mut other = db.raw.begin().await.unwrap();
+    sqlx::query("UPDATE jobs SET version = version")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let fail = format!(
+        "UPDATE attempts SET state = 'failed', error = 'boom', finished_at_ms = 0 WHERE ordinal = {}",
+        a.ordinal
+    );
+    sqlx::query(&fail).execute(&mut *other).await.unwrap();
+    let finishing = tokio::spawn({
+        let (store, b) = (store.clone(), b.clone());
+        async move {
+            store
+                .finish_attempt_settled(&b, Outcome::Succeeded(json!({"lang": "es"}).into()))
+                .await
         }
-        surety_tests::Engine::Postgres => assert_eq!(attempts, None),
+    });
+    if db.engine == surety_tests::Engine::Postgres {
+        // Commit only once the result waits on the job's lock.
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *other)
+            .await
+            .unwrap();
+        db.wait_until_blocked_by(pid).await;
+    }
+    other.commit().await.unwrap();
+    let (won, attempts) = finishing.await.unwrap().unwrap();
+    let Finish::Won(won) = won else {
+        panic!("the hedge should win")
+    };
+    let (read, read_attempts) = store.job_and_attempts(&acme, &job.id).await.unwrap();
+    assert_eq!(*won, read);
+    let states: Vec<_> = read_attempts.iter().map(|x| (x.ordinal, x.state)).collect();
+    assert_eq!(
+        states,
+        [
+            (a.ordinal, AttemptState::Failed),
+            (b.ordinal, AttemptState::Succeeded)
+        ]
+    );
+    if let Some(attempts) = attempts {
+        assert_eq!(attempts, read_attempts, "a stale view of the attempts");
     }
 }
 

@@ -393,23 +393,24 @@ async fn attempts_of<C: Conn>(
 }
 
 /// The compare-and-swap in one statement, where the engine has it
-/// (`Sql::complete_and_close`): the job when the attempt won, `None` when
-/// it did not (and nothing changed), for [`complete`] to record the loss.
+/// (`Sql::complete_and_close`): when the attempt won, the job and, when the
+/// statement could tell them exactly, its attempts as the win left them;
+/// `None` when it did not win (and nothing changed), for [`complete`] to
+/// record the loss.
 pub(crate) async fn complete_at_once<C: Conn>(
     c: &mut C,
     sql: &Sql,
     handle: &AttemptHandle,
     answer: &Answer,
-) -> Result<Option<Job>, StoreError> {
+) -> Result<Option<(Job, Option<Vec<Attempt>>)>, StoreError> {
     let Some(statement) = &sql.complete_and_close else {
         return Ok(None);
     };
     let (result, completion) = answer_texts(answer);
     let params = cas_params(handle, &result, completion.as_deref());
-    c.row(statement, &params)
-        .await?
-        .map(|row| job_from(&row))
-        .transpose()
+    let rows = c.rows(statement, &params).await?;
+    // The attempt closed here is among them whenever they came.
+    Ok(job_rows(&rows)?.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts))))
 }
 
 /// An answer's result and completion as JSON text.
@@ -656,9 +657,15 @@ pub(crate) async fn job_and_attempts<C: Conn>(
             &[Text(&job_id.0), Text(&owner.0)],
         )
         .await?;
-    let first = rows
-        .first()
-        .ok_or_else(|| StoreError::JobNotFound(job_id.clone()))?;
+    job_rows(&rows)?.ok_or_else(|| StoreError::JobNotFound(job_id.clone()))
+}
+
+/// A job and its attempts from rows of its columns followed by an
+/// attempt's (NULL where there is none): `None` when there is no row.
+fn job_rows(rows: &[Vec<Val>]) -> Result<Option<(Job, Vec<Attempt>)>, StoreError> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
     let job = job_from(&first[..JOB_COLUMNS.min(first.len())])?;
     let attempts = rows
         .iter()
@@ -667,7 +674,7 @@ pub(crate) async fn job_and_attempts<C: Conn>(
         .filter(|attempt| attempt.first().is_some_and(|v| *v != Val::Null))
         .map(attempt_from)
         .collect::<Result<_, _>>()?;
-    Ok((job, attempts))
+    Ok(Some((job, attempts)))
 }
 
 /// The races the owner's job has seen, oldest first.

@@ -246,19 +246,40 @@ impl Sql {
             // takes the result only if the attempt was closed. Every guard is
             // read after the lock, so a cancel that committed while this
             // waited is seen.
+            //
+            // A win comes back as the job after it (`done`) beside each of
+            // its attempts: the one closed here, and the others as this
+            // statement's snapshot has them (the winning commit's view, which
+            // spares the waiter a read). That snapshot is exact only if no
+            // transaction changed the job's row between it and the lock: every
+            // write of the store that changes attempts (but a heartbeat's
+            // lease) writes the job's row first, so an unchanged `xmin` (the
+            // row version the snapshot saw is the one locked) proves the
+            // attempts unchanged too. Otherwise the job comes alone, with NULL
+            // attempt columns, and the waiter reads.
             complete_and_close: (backend == Backend::Postgres).then(|| {
                 fill(
-                    "WITH locked AS ( \
-                         SELECT version, completed_by FROM jobs WHERE id = $1 FOR UPDATE), \
+                    "WITH seen AS (SELECT xmin AS row_version FROM jobs WHERE id = $1), \
+                     locked AS ( \
+                         SELECT xmin AS row_version, version, completed_by FROM jobs \
+                         WHERE id = $1 FOR UPDATE), \
                      closed AS ( \
                          UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
                          WHERE job_id = $1 AND ordinal = $4 AND state IN {open} \
                          AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
-                         RETURNING ordinal) \
-                     UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
-                         completion = $5, version = version + 1, updated_at_ms = {now} \
-                     WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
-                     RETURNING {job_columns}",
+                         RETURNING {attempt_columns}), \
+                     done AS ( \
+                         UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
+                             completion = $5, version = version + 1, updated_at_ms = {now} \
+                         WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
+                         RETURNING {job_columns}), \
+                     attempt AS ( \
+                         SELECT * FROM closed \
+                         UNION ALL \
+                         SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal <> $4) \
+                     SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
+                         ON EXISTS (SELECT 1 FROM seen JOIN locked USING (row_version)) \
+                     ORDER BY attempt.ordinal",
                 )
             }),
             close_attempt: fill(

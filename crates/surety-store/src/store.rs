@@ -362,8 +362,10 @@ impl Store {
 
     /// As [`Store::finish_attempt`]; when the attempt won, also the job's
     /// attempts as the winning commit left them, where the engine reads
-    /// them in that write at no extra visit (SQLite: the writer's own
-    /// connection, whose pages are warm); `None` elsewhere.
+    /// them in that write at no extra visit: SQLite on the writer's own
+    /// connection, whose pages are warm; PostgreSQL in the compare-and-swap
+    /// statement itself, when nothing changed the job between that
+    /// statement's snapshot and its lock. `None` otherwise.
     pub async fn finish_attempt_settled(
         &self,
         handle: &AttemptHandle,
@@ -383,7 +385,7 @@ impl Store {
                     Engine::Sqlite(_) => None,
                 };
                 match at_once {
-                    Some(job) => (Finish::Won(Box::new(job)), None),
+                    Some((job, attempts)) => (Finish::Won(Box::new(job)), attempts),
                     None => on_engine!(self, write, |c, sql| ops::complete_with_attempts(
                         c, sql, &owned, &result
                     ))?,
