@@ -489,18 +489,7 @@ pub async fn reverse_order_finish_first_finisher_wins(db: &TestDb) {
 pub async fn the_winning_commits_view_is_what_a_read_returns(db: &TestDb) {
     let store = db.store().await;
     let acme = owner("acme");
-    let hedged = hedgeable_job("acme", "view-1", json!({"text": "hola"}));
-    let (Created::New(job), Some(a)) = store
-        .create_and_start(&hedged, &start("primary", Slot::Primary))
-        .await
-        .unwrap()
-    else {
-        panic!("expected a new job with its first attempt")
-    };
-    let b = store
-        .start_attempt(&acme, &job.id, &start("fallback", Slot::Hedge))
-        .await
-        .unwrap();
+    let (job, a, b) = primary_and_hedge(&store, "view-1").await;
     let (won, attempts) = store
         .finish_attempt_settled(&b, Outcome::Succeeded(json!({"lang": "es"}).into()))
         .await
@@ -525,15 +514,10 @@ pub async fn the_winning_commits_view_is_what_a_read_returns(db: &TestDb) {
     );
 }
 
-/// Another writer changes the job's attempts and commits while the
-/// winning result waits for the job's lock: the view the win returns, if
-/// any, is the job as read after it, never the attempts as they were
-/// before that writer (on PostgreSQL the statement's snapshot predates the
-/// commit it waited for).
-pub async fn a_win_that_waited_on_another_writer_returns_no_stale_view(db: &TestDb) {
-    let store = db.store().await;
-    let acme = owner("acme");
-    let hedged = hedgeable_job("acme", "view-2", json!({"text": "hola"}));
+/// A new hedgeable job of acme's under `key`, with its primary attempt and
+/// a hedge both open.
+async fn primary_and_hedge(store: &Store, key: &str) -> (Job, AttemptHandle, AttemptHandle) {
+    let hedged = hedgeable_job("acme", key, json!({"text": "hola"}));
     let (Created::New(job), Some(a)) = store
         .create_and_start(&hedged, &start("primary", Slot::Primary))
         .await
@@ -542,9 +526,21 @@ pub async fn a_win_that_waited_on_another_writer_returns_no_stale_view(db: &Test
         panic!("expected a new job with its first attempt")
     };
     let b = store
-        .start_attempt(&acme, &job.id, &start("fallback", Slot::Hedge))
+        .start_attempt(&owner("acme"), &job.id, &start("fallback", Slot::Hedge))
         .await
         .unwrap();
+    (job, a, b)
+}
+
+/// Another writer changes the job's attempts and commits while the
+/// winning result waits for the job's lock: the view the win returns, if
+/// any, is the job as read after it, never the attempts as they were
+/// before that writer (on PostgreSQL the statement's snapshot predates the
+/// commit it waited for).
+pub async fn a_win_that_waited_on_another_writer_returns_no_stale_view(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let (job, a, b) = primary_and_hedge(&store, "view-2").await;
     // The primary fails meanwhile, by hand, held open: the job's row
     // written first, as every writer of the store does.
     let mut other = db.raw.begin().await.unwrap();
