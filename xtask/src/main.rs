@@ -447,9 +447,10 @@ fn base_surety(root: &Path, git_ref: &str, dir: &Path) -> Result<(PathBuf, Strin
         "building {rev} ({git_ref}) in release from {}",
         tree.display()
     );
-    // A target directory of its own: the two trees' crates have the same
-    // names and versions, and cargo would mix their artifacts in one.
-    let target = target_dir(root).join("bench/compare-target");
+    // A target directory per commit: two trees' crates have the same names
+    // and versions, and cargo mixes their artifacts in one directory (a
+    // base built after another base failed against that one's crates).
+    let target = target_dir(root).join("bench/compare-target").join(&rev);
     let status = Command::new(cargo_bin())
         .current_dir(&tree)
         .args(BUILD_SURETY)
