@@ -86,6 +86,11 @@ impl Books {
             / 1000.0
     }
 
+    /// How many requests were answered with `status` (`"429"`, `"conn"`).
+    pub fn answers_with(&self, status: &str) -> u64 {
+        lock(&self.answers).get(status).copied().unwrap_or(0)
+    }
+
     /// The answers by status, as `201:950 503:12`.
     pub fn answers_line(&self) -> String {
         lock(&self.answers)
