@@ -877,8 +877,9 @@ end
 async fn wrk(clients: usize, duration: Duration, target: &Target, nonce: u64) -> Sample {
     let program = std::env::var_os("SURETY_WRK")
         .expect("SURETY_WRK: run through `cargo xtask bench router`, which installs wrk");
-    let script = std::env::temp_dir().join(format!("surety-bench-{}.lua", std::process::id()));
-    std::fs::write(&script, WRK_SCRIPT).unwrap();
+    // Removed when dropped, at the end of the cell.
+    let script = tempfile::Builder::new().suffix(".lua").tempfile().unwrap();
+    std::fs::write(script.path(), WRK_SCRIPT).unwrap();
     let (url, body) = (target.url(), target.body().to_string());
     let args = match target {
         Target::Router(_) => [
@@ -901,7 +902,7 @@ async fn wrk(clients: usize, duration: Duration, target: &Target, nonce: u64) ->
         .args(["--duration", &format!("{}s", duration.as_secs().max(1))])
         .args(["--timeout", "30s"])
         .arg("--script")
-        .arg(&script)
+        .arg(script.path())
         .arg(&url)
         .arg("--")
         .args(&args)
