@@ -61,6 +61,26 @@ async fn certified_manifest(
     (manifest, config)
 }
 
+/// The prompt's templates are parsed once, when the contract loads: a
+/// template that does not parse is refused then, naming its own file, and
+/// the contract never loads.
+#[test]
+fn a_template_that_does_not_parse_is_refused_at_load_naming_its_file() {
+    let copy = copy_contracts();
+    let dir = copy.path().join("language-detect");
+    let template = std::fs::read_to_string(dir.join("user.jinja")).unwrap();
+    std::fs::write(dir.join("user.jinja"), format!("{template}{{% if text %}}")).unwrap();
+    let err = Contract::load(&dir).unwrap_err();
+    let surety_contracts::ContractError::Invalid { path, message } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(path.ends_with("user.jinja"), "{err}");
+    assert!(
+        message.starts_with("the template does not parse: "),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn editing_a_contract_changes_its_digest_and_makes_its_certification_stale() {
     let copy = copy_contracts();

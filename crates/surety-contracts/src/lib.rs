@@ -215,6 +215,8 @@ pub struct Contract {
     pub output_name: String,
     pub schema: Value,
     validator: Arc<jsonschema::Validator>,
+    /// The two templates, parsed once at load (`system.jinja`, `user.jinja`).
+    templates: Arc<minijinja::Environment<'static>>,
     pub sampling: Sampling,
     pub limits: Limits,
     pub rules: Vec<Rule>,
@@ -227,6 +229,25 @@ pub struct Contract {
     pub tool_calls: Option<ToolCalls>,
     /// `sha256:<hex>` over the contract's files.
     pub digest: String,
+}
+
+const SYSTEM_TEMPLATE: &str = "system.jinja";
+const USER_TEMPLATE: &str = "user.jinja";
+
+/// The prompt's templates (name, file, source), parsed: strict about
+/// undefined variables, trailing newlines trimmed. A template that does not
+/// parse is an error naming its file.
+fn templates(
+    templates: [(&'static str, &Path, &str); 2],
+) -> Result<minijinja::Environment<'static>, ContractError> {
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.set_keep_trailing_newline(false);
+    for (name, path, source) in templates {
+        env.add_template_owned(name, source.to_owned())
+            .map_err(|e| invalid(path, format!("the template does not parse: {e:#}")))?;
+    }
+    Ok(env)
 }
 
 /// Every contract under `dir` (one per subdirectory), sorted by id.
@@ -321,15 +342,24 @@ impl Contract {
                 ));
             }
         }
+        let system_path = dir.join(&raw.prompt.system);
+        let user_path = dir.join(&raw.prompt.user);
+        let system_template = read(&system_path)?;
+        let user_template = read(&user_path)?;
+        let templates = templates([
+            (SYSTEM_TEMPLATE, &system_path, &system_template),
+            (USER_TEMPLATE, &user_path, &user_template),
+        ])?;
         let contract = Contract {
             id: raw.id,
             description: raw.description,
             side_effects: raw.side_effects,
-            system_template: read(&dir.join(&raw.prompt.system))?,
-            user_template: read(&dir.join(&raw.prompt.user))?,
+            system_template,
+            user_template,
             output_name: raw.output.name,
             schema,
             validator: Arc::new(validator),
+            templates: Arc::new(templates),
             sampling: raw.sampling,
             limits: raw.limits,
             rules: raw.rules,
@@ -351,17 +381,19 @@ impl Contract {
 
     /// Renders the prompt for `input`. An undefined variable is an error,
     /// never an empty string.
+    ///
+    /// The templates were parsed when the contract was loaded; a render
+    /// only evaluates them.
     pub fn render(&self, input: &Value) -> Result<Rendered, RenderError> {
-        let mut env = minijinja::Environment::new();
-        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-        env.set_keep_trailing_newline(false);
-        let render = |name: &str, template: &str| {
-            env.render_named_str(name, template, input)
+        let render = |name: &str| {
+            self.templates
+                .get_template(name)
+                .and_then(|template| template.render(input))
                 .map_err(|e| RenderError(format!("{name}: {e:#}")))
         };
         Ok(Rendered {
-            system: render("system.jinja", &self.system_template)?,
-            user: render("user.jinja", &self.user_template)?,
+            system: render(SYSTEM_TEMPLATE)?,
+            user: render(USER_TEMPLATE)?,
         })
     }
 
