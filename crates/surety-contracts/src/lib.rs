@@ -210,6 +210,8 @@ pub struct Contract {
     pub description: String,
     pub side_effects: SideEffects,
     pub dir: PathBuf,
+    /// The templates' text as read (digests and read-back use it);
+    /// `render` evaluates the copies parsed at load.
     pub system_template: String,
     pub user_template: String,
     pub output_name: String,
