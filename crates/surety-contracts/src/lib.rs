@@ -240,12 +240,12 @@ const USER_TEMPLATE: &str = "user.jinja";
 /// undefined variables, trailing newlines trimmed. A template that does not
 /// parse is an error naming its file.
 fn templates(
-    templates: [(&'static str, &Path, &str); 2],
+    sources: [(&'static str, &Path, &str); 2],
 ) -> Result<minijinja::Environment<'static>, ContractError> {
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     env.set_keep_trailing_newline(false);
-    for (name, path, source) in templates {
+    for (name, path, source) in sources {
         env.add_template_owned(name, source.to_owned())
             .map_err(|e| invalid(path, format!("the template does not parse: {e:#}")))?;
     }
