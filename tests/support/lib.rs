@@ -15,6 +15,17 @@
 pub mod chaos;
 pub mod serve;
 
+/// mimalloc in every test and benchmark binary, as in the router. With
+/// glibc's malloc, `cargo xtask chaos` measured its own load generator (in
+/// this process) for a second or more after `sustained` freed its books
+/// and audit (over a gigabyte in small allocations): every allocation
+/// after that walked glibc's free lists (`_int_malloc`, `unlink_chunk`,
+/// `malloc_consolidate`: a fifth of the process's samples under `perf`),
+/// so `pruning`'s first requests waited on their own client, and were
+/// shed as a burst, while the router's writes never took 30 ms.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor, Row};
 use surety_store::{Store, StoreOptions};
