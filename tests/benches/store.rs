@@ -200,6 +200,8 @@ fn raw_sqlite_life(conn: &rusqlite::Connection, sql: &Sql, n: u64, fingerprint: 
                 input,
                 fingerprint,
                 0i64,
+                "chat",
+                None::<String>,
                 "running"
             ],
             |row| Ok((row.get(8)?, row.get(10)?)),
@@ -209,7 +211,16 @@ fn raw_sqlite_life(conn: &rusqlite::Connection, sql: &Sql, n: u64, fingerprint: 
         .prepare_cached(&sql.insert_attempt)
         .unwrap()
         .query_row(
-            rusqlite::params![id, 0i64, hedgeable, "fake", version, 60_000i64],
+            rusqlite::params![
+                id,
+                0i64,
+                hedgeable,
+                "fake",
+                version,
+                60_000i64,
+                None::<String>,
+                0i64
+            ],
             |row| row.get(1),
         )
         .unwrap();
@@ -222,7 +233,13 @@ fn raw_sqlite_life(conn: &rusqlite::Connection, sql: &Sql, n: u64, fingerprint: 
     conn.prepare_cached(&sql.complete_job)
         .unwrap()
         .query_row(
-            rusqlite::params![id, version, r#"{"category":"billing"}"#, ordinal],
+            rusqlite::params![
+                id,
+                version,
+                r#"{"category":"billing"}"#,
+                ordinal,
+                None::<String>
+            ],
             |_| Ok(()),
         )
         .unwrap();
@@ -250,18 +267,23 @@ async fn raw_postgres_life(pool: &PgPool, sql: &Sql, n: u64, fingerprint: &str) 
         .bind(input)
         .bind(fingerprint)
         .bind(0i64)
+        .bind("chat")
+        .bind(None::<String>)
         .bind("fake")
         .bind(60_000i64)
+        .bind(None::<String>)
+        .bind(0i64)
         .fetch_one(pool)
         .await
         .unwrap();
     let version: i64 = created.get(10);
-    let ordinal: i64 = created.get(16);
+    let ordinal: i64 = created.get(19);
     let won = sqlx::query(sql.complete_and_close.as_deref().unwrap())
         .bind(&id)
         .bind(version)
         .bind(r#"{"category":"billing"}"#)
         .bind(ordinal)
+        .bind(None::<String>)
         .fetch_optional(pool)
         .await
         .unwrap();
