@@ -1,8 +1,9 @@
 //! Every store operation, written once over [`Conn`]. The caller (the
 //! engine in `store.rs`) supplies the transaction: on PostgreSQL one per
-//! operation at READ COMMITTED, on SQLite a savepoint inside the writer
-//! thread's batch. An operation that returns an error has its writes
-//! rolled back.
+//! operation at READ COMMITTED, on SQLite the writer thread's batch (run
+//! again with a savepoint per operation when one fails; an operation may
+//! so run twice, and must not act outside its transaction). An operation
+//! that returns an error has its writes rolled back.
 //!
 //! Lock order, on every path: the job's row first, then its attempts, so two
 //! transactions never wait on each other in a cycle.
