@@ -61,7 +61,9 @@ pub struct Drive {
 /// Drives the job on a task of the router's own.
 pub fn spawn(state: AppState, drive: Drive) {
     let tasks = state.inner.tasks.clone();
-    tasks.spawn(async move { self::drive(&state, drive).await });
+    // Boxed, as a new job's task is (`jobs::intake`): the dispatch's
+    // future is large, and a task's inline future is copied as it runs.
+    tasks.spawn(Box::pin(async move { self::drive(&state, drive).await }));
 }
 
 /// Drives the job to its end and wakes whoever waits on it.
