@@ -24,7 +24,8 @@ use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use surety_core::{IdempotencyKey, Intent};
 use surety_store::{
-    Backend, Created, NewJob, Outcome, OwnerId, Slot, Sql, StartAttempt, Store, StoreOptions,
+    Backend, Created, NewJob, Outcome, OwnerId, Returning, Slot, Sql, StartAttempt, Store,
+    StoreOptions,
 };
 use surety_tests::{Engine, TestDb};
 
@@ -186,63 +187,54 @@ fn raw_sqlite_life(conn: &rusqlite::Connection, sql: &Sql, n: u64, fingerprint: 
     let key = format!("bench-{n}");
     let input = r#"{"customer":42,"ticket":"My card was charged twice"}"#;
     conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (hedgeable, version): (i64, i64) = conn
-        .prepare_cached(&sql.insert_job)
-        .unwrap()
-        .query_row(
-            rusqlite::params![
-                id,
-                "bench",
-                key,
-                "triage",
-                "support-triage",
-                "sha256:bench",
-                input,
-                fingerprint,
-                0i64,
-                "chat",
-                None::<String>,
-                "running"
-            ],
-            |row| Ok((row.get(8)?, row.get(10)?)),
-        )
-        .unwrap();
-    let ordinal: i64 = conn
-        .prepare_cached(&sql.insert_attempt)
-        .unwrap()
-        .query_row(
-            rusqlite::params![
-                id,
-                0i64,
-                hedgeable,
-                "fake",
-                version,
-                60_000i64,
-                None::<String>,
-                0i64
-            ],
-            |row| row.get(1),
-        )
-        .unwrap();
+    let (hedgeable, version): (i64, i64) = returning(
+        conn,
+        &sql.insert_job,
+        rusqlite::params![
+            id,
+            "bench",
+            key,
+            "triage",
+            "support-triage",
+            "sha256:bench",
+            input,
+            fingerprint,
+            0i64,
+            "chat",
+            None::<String>,
+            "running"
+        ],
+        |row| Ok((row.get(8)?, row.get(10)?)),
+    );
+    let ordinal: i64 = returning(
+        conn,
+        &sql.insert_attempt,
+        rusqlite::params![
+            id,
+            0i64,
+            hedgeable,
+            "fake",
+            version,
+            60_000i64,
+            None::<String>,
+            0i64
+        ],
+        |row| row.get(1),
+    );
     conn.execute_batch("COMMIT").unwrap();
     conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-    conn.prepare_cached(&sql.lock_job_unscoped)
-        .unwrap()
-        .query_row([&id], |_| Ok(()))
-        .unwrap();
-    conn.prepare_cached(&sql.complete_job)
-        .unwrap()
-        .query_row(
-            rusqlite::params![
-                id,
-                version,
-                r#"{"category":"billing"}"#,
-                ordinal,
-                None::<String>
-            ],
-            |_| Ok(()),
-        )
-        .unwrap();
+    returning(
+        conn,
+        &sql.complete_job,
+        rusqlite::params![
+            id,
+            version,
+            r#"{"category":"billing"}"#,
+            ordinal,
+            None::<String>
+        ],
+        |_| Ok(()),
+    );
     let closed = conn
         .prepare_cached(&sql.close_attempt)
         .unwrap()
@@ -250,6 +242,32 @@ fn raw_sqlite_life(conn: &rusqlite::Connection, sql: &Sql, n: u64, fingerprint: 
         .unwrap();
     assert_eq!(closed, 1);
     conn.execute_batch("COMMIT").unwrap();
+}
+
+/// A [`Returning`] write of one row, as the store runs it: the row from
+/// the statement, or (SQLite) the write and then its read-back.
+fn returning<T>(
+    conn: &rusqlite::Connection,
+    statement: &Returning,
+    params: &[&dyn rusqlite::ToSql],
+    row: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> T {
+    let Some(read) = &statement.read else {
+        return conn
+            .prepare_cached(&statement.write)
+            .unwrap()
+            .query_row(params, row)
+            .unwrap();
+    };
+    let written = conn
+        .prepare_cached(&statement.write)
+        .unwrap()
+        .execute(params);
+    assert_eq!(written.unwrap(), 1);
+    conn.prepare_cached(read)
+        .unwrap()
+        .query_row(&params[..1], row)
+        .unwrap()
 }
 
 /// The job's life as the store writes it on PostgreSQL: two statements.

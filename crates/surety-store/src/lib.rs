@@ -31,4 +31,4 @@ pub use store::{Backend, SqliteSync, Store, StoreOptions};
 
 /// The statements, for the benchmark's raw-driver baseline only.
 #[doc(hidden)]
-pub use sql::Sql;
+pub use sql::{Returning, Sql};

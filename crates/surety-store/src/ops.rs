@@ -13,8 +13,8 @@ use surety_core::{
     AttemptEvent, AttemptState, Fingerprint, JobEvent, JobState, attempt_after, job_after,
 };
 
-use crate::conn::{Conn, Param, Val};
-use crate::sql::Sql;
+use crate::conn::{Conn, Param, Val, Values};
+use crate::sql::{Returning, Sql};
 use crate::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, JobKind, NewJob,
     OwnerId, Race, Slot, StoreError, Trust,
@@ -99,7 +99,7 @@ pub(crate) async fn create<C: Conn>(
     let (input, messages) = job_texts(new);
     let mut params = job_params(insert, &input, messages.as_deref());
     params.push(Text(state.as_str()));
-    let inserted = c.row(&sql.insert_job, &params).await?;
+    let inserted = write_returning(c, &sql.insert_job, &params).await?;
     if let Some(row) = inserted {
         let job = job_from(&row)?;
         let handle = match &insert.first {
@@ -107,8 +107,7 @@ pub(crate) async fn create<C: Conn>(
             Some(first) => {
                 let params = attempt_params(&job.id, job.hedgeable, job.version, first);
                 // No row: refused, and the error undoes the job's insert too.
-                let row = c
-                    .row(&sql.insert_attempt, &params)
+                let row = write_returning(c, &sql.insert_attempt, &params)
                     .await?
                     .ok_or_else(|| first.refused("a new job already has an open attempt"))?;
                 Some(handle_from(&attempt_from(&row)?))
@@ -267,7 +266,7 @@ pub(crate) async fn start_attempt<C: Conn>(
         }
     }
     let params = attempt_params(job_id, locked.hedgeable, locked.version, start);
-    let Some(row) = c.row(&sql.insert_attempt, &params).await? else {
+    let Some(row) = write_returning(c, &sql.insert_attempt, &params).await? else {
         let open = c
             .row(
                 &sql.select_open_attempt,
@@ -321,25 +320,34 @@ pub(crate) async fn complete<C: Conn>(
     handle: &AttemptHandle,
     answer: &Answer,
 ) -> Result<Finish, StoreError> {
-    // The job's lock first: on PostgreSQL a statement that waited for a row
-    // lock still reads other rows as of when it began, so the guards of the
-    // compare-and-swap are read by a statement that starts after the lock.
-    let winner = lock_job_unscoped(c, sql, &handle.job_id).await?;
+    // The job's lock first where the engine needs it: on PostgreSQL a
+    // statement that waited for a row lock still reads other rows as of when
+    // it began, so the guards of the compare-and-swap are read by a statement
+    // that starts after the lock. SQLite's one writer reads them as the last
+    // commit left them, and reads the winner only after a loss.
+    let locked = match sql.lock_before_swap {
+        true => Some(lock_job_unscoped(c, sql, &handle.job_id).await?),
+        false => None,
+    };
     // The compare-and-swap: one statement; the row it returns is the proof
     // it touched one.
     let (result, completion) = answer_texts(answer);
-    let won = c
-        .row(
-            &sql.complete_job,
-            &cas_params(handle, &result, completion.as_deref()),
-        )
-        .await?;
+    let won = write_returning(
+        c,
+        &sql.complete_job,
+        &cas_params(handle, &result, completion.as_deref()),
+    )
+    .await?;
     if let Some(row) = won {
         let job = job_from(&row)?;
         close_attempt(c, sql, handle, AttemptState::Succeeded, None).await?;
         return Ok(Finish::Won(Box::new(job)));
     }
     // Lost: close the attempt if it is still open and record the race.
+    let winner = match locked {
+        Some(winner) => winner,
+        None => lock_job_unscoped(c, sql, &handle.job_id).await?,
+    };
     let attempt = attempt(c, sql, &handle.job_id, handle.ordinal).await?;
     let reason = match attempt.state {
         AttemptState::Cancelled => "the attempt had been cancelled out of band",
@@ -362,6 +370,23 @@ pub(crate) async fn complete<C: Conn>(
     .await?;
     settle(c, sql, &handle.job_id, JobState::Queued).await?;
     Ok(Finish::Lost { winner })
+}
+
+/// Runs a [`Returning`] write: the row it wrote, or `None` when it changed
+/// no row.
+async fn write_returning<C: Conn>(
+    c: &mut C,
+    statement: &Returning,
+    params: &[Param<'_>],
+) -> Result<Option<Values>, StoreError> {
+    let Some(read) = &statement.read else {
+        return c.row(&statement.write, params).await;
+    };
+    if c.execute(&statement.write, params).await? == 0 {
+        return Ok(None);
+    }
+    let key = params.first().map(std::slice::from_ref).unwrap_or_default();
+    c.row(read, key).await
 }
 
 /// As [`complete`]; when the attempt won, also the job's attempts as the

@@ -17,7 +17,7 @@ use crate::Backend;
 /// The statements, ready for one engine.
 #[derive(Debug)]
 pub struct Sql {
-    pub insert_job: String,
+    pub insert_job: Returning,
     /// A new job with its first attempt in one statement (a job columns'
     /// row, then an attempt columns' row), where the engine can: PostgreSQL.
     pub insert_job_and_attempt: Option<String>,
@@ -25,7 +25,7 @@ pub struct Sql {
     pub select_job: String,
     pub lock_job: String,
     pub lock_job_unscoped: String,
-    pub insert_attempt: String,
+    pub insert_attempt: Returning,
     pub select_open_attempt: String,
     pub select_attempt: String,
     /// A job's attempts, in order.
@@ -35,7 +35,11 @@ pub struct Sql {
     pub select_job_with_attempts: String,
     pub claim_job: String,
     pub heartbeat: String,
-    pub complete_job: String,
+    pub complete_job: Returning,
+    /// Whether the compare-and-swap must follow the job's lock (PostgreSQL;
+    /// see the module's doc). SQLite's one writer reads every guard as the
+    /// last commit left it, so it reads the winner only after a loss.
+    pub lock_before_swap: bool,
     /// The compare-and-swap and the winner's close in one statement, where
     /// the engine can (PostgreSQL); no row when the attempt did not win.
     pub complete_and_close: Option<String>,
@@ -97,6 +101,21 @@ const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contr
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
      lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
 
+/// A write that answers with the row it wrote. PostgreSQL returns it from
+/// the statement (`RETURNING`). SQLite runs a `RETURNING` clause as a
+/// trigger program that collects its rows in a temporary b-tree, opened and
+/// freed on every run; its writer, alone on the database, runs the write
+/// bare and then reads back the row it touched, in the same transaction,
+/// which sees exactly what the write left.
+#[derive(Debug)]
+pub struct Returning {
+    /// The write; it returns the row itself when `read` is `None`.
+    pub write: String,
+    /// The row the write touched, read by the write's first parameter
+    /// alone (`$1`) when the write changed a row.
+    pub read: Option<String>,
+}
+
 /// A live result's columns, in the order `trust::live_from` reads them.
 const LIVE_COLUMNS: &str = "provider, contract, route, source, outcome, detail, job_id, case_name, \
      input, expected, answer, at_ms";
@@ -136,14 +155,26 @@ impl Sql {
                 Backend::Sqlite => numbered_params(&filled),
             }
         };
+        // `write` returning `columns`; on SQLite, read back `FROM …` (`read`).
+        let returning = |write: &str, columns: &str, read: &str| match backend {
+            Backend::Postgres => Returning {
+                write: fill(&format!("{write} RETURNING {columns}")),
+                read: None,
+            },
+            Backend::Sqlite => Returning {
+                write: fill(write),
+                read: Some(fill(&format!("SELECT {columns} {read}"))),
+            },
+        };
         Sql {
-            insert_job: fill(
+            insert_job: returning(
                 "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
                      input, fingerprint, hedgeable, kind, messages, state, version, created_at_ms, \
                      updated_at_ms) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, {now}, {now}) \
-                 ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
-                 RETURNING {job_columns}",
+                 ON CONFLICT (owner_id, idempotency_key) DO NOTHING",
+                "{job_columns}",
+                "FROM jobs WHERE rowid = last_insert_rowid() AND id = $1",
             ),
             // Data-modifying CTEs: PostgreSQL only. The attempt's foreign key
             // is checked at the end of the statement, when the job exists.
@@ -196,14 +227,15 @@ impl Sql {
             // open demotion of the provider newer than the certification
             // the attempt rests on ($7, $8): the database has the last word
             // on trust, whatever the router last read.
-            insert_attempt: fill(
+            insert_attempt: returning(
                 "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
                      base_version, started_at_ms, lease_expires_at_ms) \
                  SELECT $1, COALESCE(MAX(ordinal), 0) + 1, $2, $3, $4, 'started', $5, {now}, {now} + $6 \
                  FROM attempts WHERE job_id = $1 \
                  HAVING NOT EXISTS ({demoted_4_7_8}) \
-                 ON CONFLICT (job_id, slot) WHERE state IN {open} DO NOTHING \
-                 RETURNING {attempt_columns}",
+                 ON CONFLICT (job_id, slot) WHERE state IN {open} DO NOTHING",
+                "{attempt_columns}",
+                "FROM attempts WHERE rowid = last_insert_rowid() AND job_id = $1",
             ),
             select_open_attempt: fill(
                 "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND slot = $2 AND state IN {open}",
@@ -232,14 +264,16 @@ impl Sql {
                  WHERE job_id = $1 AND ordinal = $2 AND state = 'started' AND lease_expires_at_ms > {now}",
             ),
             // The compare-and-swap: the first open attempt to finish wins.
-            complete_job: fill(
+            complete_job: returning(
                 "UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
                      completion = $5, version = version + 1, updated_at_ms = {now} \
                  WHERE id = $1 AND version = $2 AND completed_by IS NULL \
                  AND EXISTS (SELECT 1 FROM attempts a \
-                             WHERE a.job_id = $1 AND a.ordinal = $4 AND a.state IN {open}) \
-                 RETURNING {job_columns}",
+                             WHERE a.job_id = $1 AND a.ordinal = $4 AND a.state IN {open})",
+                "{job_columns}",
+                "FROM jobs WHERE id = $1",
             ),
+            lock_before_swap: backend == Backend::Postgres,
             // The job's row is locked first (`locked`, which reads its latest
             // version), then the attempt is closed only if still open (an
             // UPDATE rechecks its own row's latest version), then the job
@@ -427,7 +461,16 @@ mod tests {
             "SELECT ?2, ?1, ?10 FROM t WHERE a = '$' AND b = ?3"
         );
         let sql = Sql::new(Backend::Sqlite);
-        assert!(!sql.insert_attempt.contains('$'), "{}", sql.insert_attempt);
-        assert!(Sql::new(Backend::Postgres).insert_attempt.contains("$6"));
+        assert!(
+            !sql.insert_attempt.write.contains('$'),
+            "{}",
+            sql.insert_attempt.write
+        );
+        assert!(
+            Sql::new(Backend::Postgres)
+                .insert_attempt
+                .write
+                .contains("$6")
+        );
     }
 }

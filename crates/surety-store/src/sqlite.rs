@@ -276,6 +276,12 @@ impl Sqlite {
         }))
     }
 
+    /// Traces every statement the writing connection runs (tests).
+    #[cfg(test)]
+    pub(crate) fn trace_writes(&self, trace: fn(&str)) {
+        self.shared.conn().trace(Some(trace));
+    }
+
     /// Runs `op` in a write transaction and returns once it has committed:
     /// in place when the writer is idle, else queued for the writer thread.
     /// `op` may run more than once (its transaction rolled back between,

@@ -686,3 +686,79 @@ fn lease_ms(lease: Duration) -> Result<i64, StoreError> {
         reason: "does not fit in milliseconds".to_owned(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+    use surety_core::IdempotencyKey;
+
+    use super::*;
+    use crate::{Created, JobKind, Slot};
+
+    /// Every statement SQLite's writing connection ran, in order.
+    static WRITES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    fn traced(sql: &str) {
+        WRITES.lock().unwrap().push(sql.to_owned());
+    }
+
+    /// A job's two writes on SQLite (the job with its first attempt, and
+    /// the attempt's win) run no `RETURNING` (a trigger program and a
+    /// temporary b-tree each) and no read of the job's winner before the
+    /// compare-and-swap; they answer what a read after them finds.
+    #[tokio::test]
+    async fn a_job_and_its_win_cost_sqlite_no_returning_and_no_read_before_the_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("s.db").display());
+        let store = Store::open(&url).await.unwrap();
+        let Engine::Sqlite(lite) = &store.engine else {
+            panic!("a SQLite store")
+        };
+        lite.trace_writes(traced);
+        let owner = OwnerId("acme".to_owned());
+        let new = NewJob {
+            owner: owner.clone(),
+            key: IdempotencyKey::parse("k-1").unwrap(),
+            route: "triage".to_owned(),
+            contract: "support-triage".to_owned(),
+            contract_digest: "sha256:0000".to_owned(),
+            input: json!({"text": "hello"}),
+            kind: JobKind::Native,
+            messages: None,
+            hedgeable: false,
+            fingerprint: None,
+        };
+        let start = StartAttempt {
+            provider: "primary".to_owned(),
+            slot: Slot::Primary,
+            lease: Duration::from_secs(30),
+            trust: None,
+        };
+        let (Created::New(job), Some(handle)) = store.create_and_start(&new, &start).await.unwrap()
+        else {
+            panic!("a new job with its first attempt")
+        };
+        let (finish, attempts) = store
+            .finish_attempt_settled(&handle, Outcome::Succeeded(json!({"answer": 42}).into()))
+            .await
+            .unwrap();
+        let ran = std::mem::take(&mut *WRITES.lock().unwrap());
+
+        let Finish::Won(won) = finish else {
+            panic!("the only attempt wins: {finish:?}")
+        };
+        let (read, read_attempts) = store.job_and_attempts(&owner, &job.id).await.unwrap();
+        assert_eq!(*won, read, "the win answers the job as it was committed");
+        assert_eq!(attempts, Some(read_attempts));
+        assert_eq!((job.id, handle.ordinal), (read.id.clone(), 1));
+        assert!(ran.len() >= 4, "the writes were traced: {ran:?}");
+        let returning: Vec<_> = ran.iter().filter(|s| s.contains("RETURNING")).collect();
+        assert!(returning.is_empty(), "{returning:?}");
+        assert!(
+            !ran.iter().any(|s| s.starts_with("SELECT completed_by")),
+            "the winner was read before the swap: {ran:?}"
+        );
+    }
+}
