@@ -18,6 +18,43 @@ use surety_fake_provider::FakeProvider;
 
 use crate::TestDb;
 
+/// The machine's CPU time so far, from the first line of `/proc/stat`, in
+/// clock ticks: all of it, and what the hypervisor gave other guests
+/// while this one wanted to run (steal). Zero where it cannot be read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MachineCpu {
+    pub total: u64,
+    pub steal: u64,
+}
+
+impl MachineCpu {
+    pub fn now() -> MachineCpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        MachineCpu {
+            // user nice system idle iowait irq softirq steal (guest time is in user).
+            total: ticks.iter().take(8).sum(),
+            steal: ticks.get(7).copied().unwrap_or(0),
+        }
+    }
+
+    /// The share of the machine's time stolen between `self` and `later`, in percent.
+    pub fn steal_pct_until(self, later: MachineCpu) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        match total {
+            0 => 0.0,
+            total => 100.0 * later.steal.saturating_sub(self.steal) as f64 / total as f64,
+        }
+    }
+}
+
 /// A provider that answers every request after `latency_ms`, counting
 /// calls only (a long run's requests are not kept).
 pub async fn answering_fake(latency_ms: u64) -> FakeProvider {

@@ -579,6 +579,11 @@ pub(crate) async fn prune_settled<C: Conn>(
     older_than_ms: i64,
     limit: i64,
 ) -> Result<u64, StoreError> {
+    // A prune lost to a crash before its WAL was flushed is made again by
+    // the next pass: on PostgreSQL its commit does not wait for the flush.
+    if let Some(relaxed) = &sql.relaxed_commit {
+        c.execute(relaxed, &[]).await?;
+    }
     let mut pruned = 0;
     for statement in &sql.prune_settled {
         pruned = c
