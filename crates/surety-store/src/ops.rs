@@ -329,8 +329,8 @@ pub(crate) async fn complete<C: Conn>(
         true => Some(lock_job_unscoped(c, sql, &handle.job_id).await?),
         false => None,
     };
-    // The compare-and-swap: one statement; the row it returns is the proof
-    // it touched one.
+    // The compare-and-swap: one statement; the row it returns (on SQLite,
+    // the one row it changed, read back) is the proof it touched one.
     let (result, completion) = answer_texts(answer);
     let won = write_returning(
         c,
