@@ -266,7 +266,7 @@ fn returning<T>(
     assert_eq!(written.unwrap(), 1);
     conn.prepare_cached(read)
         .unwrap()
-        .query_row(&params[..1], row)
+        .query_row(Returning::read_params(params), row)
         .unwrap()
 }
 

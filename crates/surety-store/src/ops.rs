@@ -385,8 +385,7 @@ async fn write_returning<C: Conn>(
     if c.execute(&statement.write, params).await? == 0 {
         return Ok(None);
     }
-    let key = params.first().map(std::slice::from_ref).unwrap_or_default();
-    c.row(read, key).await
+    c.row(read, Returning::read_params(params)).await
 }
 
 /// As [`complete`]; when the attempt won, also the job's attempts as the

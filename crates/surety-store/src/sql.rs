@@ -116,6 +116,13 @@ pub struct Returning {
     pub read: Option<String>,
 }
 
+impl Returning {
+    /// The read's parameters, out of the write's: its first, alone.
+    pub fn read_params<P>(params: &[P]) -> &[P] {
+        params.get(..1).unwrap_or_default()
+    }
+}
+
 /// A live result's columns, in the order `trust::live_from` reads them.
 const LIVE_COLUMNS: &str = "provider, contract, route, source, outcome, detail, job_id, case_name, \
      input, expected, answer, at_ms";
