@@ -107,7 +107,7 @@ pub(crate) async fn create<C: Conn>(
             Some(first) => {
                 let params = attempt_params(&job.id, job.hedgeable, job.version, first);
                 // No row: refused, and the error undoes the job's insert too.
-                let row = write_returning(c, &sql.insert_attempt, &params)
+                let row = write_returning(c, &sql.insert_first_attempt, &params)
                     .await?
                     .ok_or_else(|| first.refused("a new job already has an open attempt"))?;
                 Some(handle_from(&attempt_from(&row)?))

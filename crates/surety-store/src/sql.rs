@@ -26,6 +26,8 @@ pub struct Sql {
     pub lock_job: String,
     pub lock_job_unscoped: String,
     pub insert_attempt: Returning,
+    /// The first attempt of a job this transaction inserted (ordinal 1).
+    pub insert_first_attempt: Returning,
     pub select_open_attempt: String,
     pub select_attempt: String,
     /// A job's attempts, in order.
@@ -90,7 +92,7 @@ pub struct Sql {
 /// The settled jobs past retention (`$1` ms old), oldest first, at most `$2`:
 /// never one with an attempt that may still answer.
 const PRUNABLE: &str = "SELECT id FROM jobs \
-     WHERE state IN ('succeeded', 'failed', 'cancelled') AND updated_at_ms < {now} - $1 \
+     WHERE {settled} AND updated_at_ms < {now} - $1 \
        AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.state IN {open}) \
      ORDER BY updated_at_ms, id LIMIT $2";
 
@@ -146,9 +148,17 @@ impl Sql {
             Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS BIGINT)",
             Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
         };
+        // A settled job: the WHERE of the `jobs_settled_at` index, as each
+        // engine's schema spells it (SQLite's without a list of values: see
+        // `migrations/sqlite/`), so that the planner matches the two.
+        let settled = match backend {
+            Backend::Sqlite => "(state = 'succeeded' OR state = 'failed' OR state = 'cancelled')",
+            Backend::Postgres => "state IN ('succeeded', 'failed', 'cancelled')",
+        };
         let fill = |template: &str| {
             let filled = template
                 .replace("{now}", now)
+                .replace("{settled}", settled)
                 .replace("{job_columns}", JOB_COLUMNS)
                 .replace("{attempt_columns}", ATTEMPT_COLUMNS)
                 .replace("{live_columns}", LIVE_COLUMNS)
@@ -172,6 +182,21 @@ impl Sql {
                 write: fill(write),
                 read: Some(fill(&format!("SELECT {columns} {read}"))),
             },
+        };
+        // An attempt's insert: its ordinal, and what precedes the demotion
+        // guard (the rows the ordinal is read from, if any).
+        let attempt = |ordinal: &str, guard: &str| {
+            returning(
+                &format!(
+                    "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
+                         base_version, started_at_ms, lease_expires_at_ms) \
+                     SELECT $1, {ordinal}, $2, $3, $4, 'started', $5, {{now}}, {{now}} + $6 \
+                     {guard} NOT EXISTS ({{demoted_4_7_8}}) \
+                     ON CONFLICT (job_id, slot) WHERE state IN {{open}} DO NOTHING"
+                ),
+                "{attempt_columns}",
+                "FROM attempts WHERE rowid = last_insert_rowid() AND job_id = $1",
+            )
         };
         Sql {
             insert_job: returning(
@@ -234,16 +259,15 @@ impl Sql {
             // open demotion of the provider newer than the certification
             // the attempt rests on ($7, $8): the database has the last word
             // on trust, whatever the router last read.
-            insert_attempt: returning(
-                "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
-                     base_version, started_at_ms, lease_expires_at_ms) \
-                 SELECT $1, COALESCE(MAX(ordinal), 0) + 1, $2, $3, $4, 'started', $5, {now}, {now} + $6 \
-                 FROM attempts WHERE job_id = $1 \
-                 HAVING NOT EXISTS ({demoted_4_7_8}) \
-                 ON CONFLICT (job_id, slot) WHERE state IN {open} DO NOTHING",
-                "{attempt_columns}",
-                "FROM attempts WHERE rowid = last_insert_rowid() AND job_id = $1",
+            insert_attempt: attempt(
+                "COALESCE(MAX(ordinal), 0) + 1",
+                "FROM attempts WHERE job_id = $1 HAVING",
             ),
+            // A job inserted by the same transaction has no attempt yet: its
+            // first is number 1, and the insert reads no attempts (SQLite
+            // copies a SELECT that reads the table it inserts into to a
+            // temporary b-tree first).
+            insert_first_attempt: attempt("1", "WHERE"),
             select_open_attempt: fill(
                 "SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND slot = $2 AND state IN {open}",
             ),

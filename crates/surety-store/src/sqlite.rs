@@ -62,13 +62,16 @@ pub const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 /// still write (results, attempts, races): new jobs stop short of it.
 const RESERVED_FRACTION: i64 = 8;
 
-const MIGRATIONS: [&str; 6] = [
+/// `migrations/sqlite/` holds SQLite's own (PostgreSQL's migrator reads
+/// only the files directly under `migrations/`).
+const MIGRATIONS: [&str; 7] = [
     include_str!("../migrations/0001_jobs_and_attempts.sql"),
     include_str!("../migrations/0002_job_completion.sql"),
     include_str!("../migrations/0003_settled_jobs_index.sql"),
     include_str!("../migrations/0004_attention_index.sql"),
     include_str!("../migrations/0005_job_kind.sql"),
     include_str!("../migrations/0006_trust.sql"),
+    include_str!("../migrations/sqlite/0007_checks_without_value_lists.sql"),
 ];
 
 /// An operation queued for the writer.
@@ -398,7 +401,11 @@ fn connect(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, StoreEr
 }
 
 /// Applies the migrations the file has not seen; `user_version` counts them.
+/// Foreign keys are off meanwhile, as SQLite's procedure for rebuilding a
+/// table asks (a referenced table is dropped and its copy renamed), and
+/// every reference is checked before the migrations commit.
 fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let applied = (|| -> Result<(), StoreError> {
         let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
@@ -407,15 +414,26 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             conn.execute_batch(migration)?;
             conn.pragma_update(None, "user_version", i + 1)?;
         }
+        let dangling: i64 =
+            conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| {
+                row.get(0)
+            })?;
+        if dangling > 0 {
+            return Err(StoreError::Corrupt(format!(
+                "rows that reference rows that do not exist: {dangling}; no migration was applied"
+            )));
+        }
         Ok(())
     })();
-    match applied {
-        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
+    let ended = match applied {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(StoreError::from),
         Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
             Err(e)
         }
-    }
+    };
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    ended
 }
 
 /// Checkpoints after commits, at most every [`CHECKPOINT_EVERY`]. PASSIVE:
@@ -830,5 +848,175 @@ mod tests {
             lite.write(|_| Ok(())).await,
             Err(StoreError::Closed)
         ));
+    }
+
+    /// A file of the schema before SQLite's own migration, with a row in
+    /// each of the tables it rebuilds, and in the table that references one.
+    fn file_of_the_previous_schema(path: &std::path::Path, extra: &str) {
+        let old = Connection::open(path).unwrap();
+        for migration in &MIGRATIONS[..6] {
+            old.execute_batch(migration).unwrap();
+        }
+        old.pragma_update(None, "user_version", 6).unwrap();
+        old.execute_batch(
+            "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
+                 input, fingerprint, hedgeable, state, version, result, completed_by, \
+                 created_at_ms, updated_at_ms, completion, kind, messages) \
+             VALUES ('j1', 'acme', 'k1', 'triage', 'c', 'sha256:0', '{}', 'f', 1, 'succeeded', 2, \
+                 '{\"a\":1}', 2, 10, 20, '{\"usage\":{}}', 'chat', '[]'), \
+                 ('j2', 'acme', 'k2', 'triage', 'c', 'sha256:0', '{}', 'f', 0, 'unknown', 1, \
+                 NULL, NULL, 11, 21, NULL, 'native', NULL); \
+             INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, base_version, \
+                 started_at_ms, lease_expires_at_ms, unknown_since_ms, finished_at_ms, error) \
+             VALUES ('j1', 1, 0, 1, 'p', 'lost', 0, 10, 40, NULL, 15, 'timeout'), \
+                 ('j1', 2, 1, 1, 'q', 'succeeded', 0, 12, 42, NULL, 19, NULL), \
+                 ('j2', 1, 0, 0, 'p', 'unknown', 0, 11, 41, 30, NULL, NULL); \
+             INSERT INTO races (id, job_id, loser_ordinal, winner_ordinal, reason, at_ms) \
+             VALUES ('r1', 'j1', 1, 2, 'lost the swap', 19); \
+             INSERT INTO live_results (id, provider, contract, route, source, outcome, detail, \
+                 job_id, case_name, input, expected, answer, at_ms) \
+             VALUES ('l1', 'q', 'c', 'triage', 'shadow', 'disagreed', 'd', 'j1', NULL, '{}', \
+                 '{}', '{}', 25);",
+        )
+        .unwrap();
+        old.execute_batch(extra).unwrap();
+    }
+
+    /// Every row of every table, and the schema version.
+    fn contents(c: &Connection) -> (i64, Vec<String>) {
+        let mut all = Vec::new();
+        for table in ["jobs", "attempts", "races", "live_results", "demotions"] {
+            let mut rows = c
+                .prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2"))
+                .unwrap();
+            let width = rows.column_count();
+            let mut query = rows.query([]).unwrap();
+            while let Some(row) = query.next().unwrap() {
+                let values: Vec<_> = (0..width)
+                    .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
+                    .collect();
+                all.push(format!("{table}: {}", values.join(", ")));
+            }
+        }
+        let version = c
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        (version, all)
+    }
+
+    /// SQLite's own migration rebuilds `jobs`, `attempts` and
+    /// `live_results` without lists of values in their CHECKs and indexes:
+    /// every row is kept as it was, every rule still holds, foreign keys
+    /// are enforced again after it, and writing a state builds no temporary
+    /// b-tree any more.
+    #[tokio::test]
+    async fn a_file_of_the_previous_schema_keeps_its_rows_and_rules_when_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        file_of_the_previous_schema(&path, "");
+        let (version, before) = contents(&Connection::open(&path).unwrap());
+        assert_eq!((version, before.len()), (6, 7), "{before:#?}");
+
+        let url = format!("sqlite:{}", path.display());
+        let lite = Sqlite::open_with(
+            &url,
+            1,
+            Duration::from_secs(1),
+            Checkpoints::new(SqliteSync::Normal),
+        )
+        .unwrap();
+        let (version, after) = lite.read(|c| Ok(contents(c.0))).unwrap();
+        assert_eq!((version, &after), (7, &before));
+
+        let refused = [
+            // A state no job has.
+            "UPDATE jobs SET state = 'done' WHERE id = 'j2'",
+            // A result without a winner.
+            "UPDATE jobs SET result = '{}' WHERE id = 'j2'",
+            // An attempt of no job: foreign keys are on again.
+            "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, base_version, \
+                 started_at_ms, lease_expires_at_ms) VALUES ('nobody', 1, 0, 0, 'p', 'started', 0, 1, 2)",
+            // A second open attempt in a slot.
+            "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, base_version, \
+                 started_at_ms, lease_expires_at_ms) VALUES ('j2', 2, 0, 0, 'p', 'started', 0, 1, 2)",
+            // A hedge of a job with side effects.
+            "UPDATE attempts SET slot = 1 WHERE job_id = 'j2'",
+            "UPDATE live_results SET outcome = 'fine'",
+            "DELETE FROM jobs WHERE id = 'j1'",
+        ];
+        for statement in refused {
+            let wrote = lite.write(move |c| Ok(c.0.execute(statement, [])?)).await;
+            assert!(wrote.is_err(), "{statement}: {wrote:?}");
+        }
+        let settled = "UPDATE jobs SET state = 'failed', updated_at_ms = 22 WHERE id = 'j2'";
+        assert_eq!(
+            lite.write(move |c| Ok(c.0.execute(settled, [])?))
+                .await
+                .unwrap(),
+            1
+        );
+        let (ephemeral, plan) = lite
+            .read(|c| {
+                let opcodes: Vec<String> =
+                    c.0.prepare(&format!("EXPLAIN {settled}"))?
+                        .query_map([], |row| row.get(1))?
+                        .collect::<Result<_, _>>()?;
+                // The pruner's scan still finds the settled jobs by their index.
+                let sql = crate::sql::Sql::new(crate::Backend::Sqlite);
+                let prune = sql.prune_settled.last().cloned().unwrap_or_default();
+                let mut explain = c.0.prepare(&format!("EXPLAIN QUERY PLAN {prune}"))?;
+                let nulls = vec![rusqlite::types::Null; explain.parameter_count()];
+                let plan: Vec<String> = explain
+                    .query_map(rusqlite::params_from_iter(nulls), |row| row.get(3))?
+                    .collect::<Result<_, _>>()?;
+                Ok((opcodes.iter().any(|op| op == "OpenEphemeral"), plan))
+            })
+            .unwrap();
+        assert!(!ephemeral, "a state's write builds a temporary b-tree");
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("USING INDEX jobs_settled_at")),
+            "{plan:#?}"
+        );
+        let settled_at: i64 = lite
+            .read(|c| {
+                Ok(c.0.query_row(
+                    "SELECT count(*) FROM jobs INDEXED BY jobs_settled_at \
+                     WHERE (state = 'succeeded' OR state = 'failed' OR state = 'cancelled') \
+                     AND updated_at_ms > 0",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+            .unwrap();
+        assert_eq!(settled_at, 2, "the index holds the settled jobs");
+        lite.close().await;
+    }
+
+    /// A file whose rows already break a reference is not migrated: the
+    /// store refuses to open it, and the file is left as it was.
+    #[test]
+    fn a_file_with_a_broken_reference_is_refused_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        file_of_the_previous_schema(
+            &path,
+            "PRAGMA foreign_keys = OFF; \
+             INSERT INTO races (id, job_id, loser_ordinal, winner_ordinal, reason, at_ms) \
+             VALUES ('r2', 'gone', 1, NULL, 'x', 1);",
+        );
+        let before = contents(&Connection::open(&path).unwrap());
+        let url = format!("sqlite:{}", path.display());
+        let opened = Sqlite::open_with(
+            &url,
+            1,
+            Duration::from_secs(1),
+            Checkpoints::new(SqliteSync::Normal),
+        );
+        let Err(StoreError::Corrupt(reason)) = opened else {
+            panic!("opened: {opened:?}")
+        };
+        assert!(reason.contains("rows that do not exist: 1;"), "{reason}");
+        assert_eq!(contents(&Connection::open(&path).unwrap()), before);
     }
 }

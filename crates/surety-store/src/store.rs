@@ -706,10 +706,12 @@ mod tests {
 
     /// A job's two writes on SQLite (the job with its first attempt, and
     /// the attempt's win) run no `RETURNING` (a trigger program and a
-    /// temporary b-tree each) and no read of the job's winner before the
+    /// temporary b-tree each), no statement that builds a temporary b-tree
+    /// (an `IN` list of more than two values in a statement, a CHECK or a
+    /// partial index's WHERE), and no read of the job's winner before the
     /// compare-and-swap; they answer what a read after them finds.
     #[tokio::test]
-    async fn a_job_and_its_win_cost_sqlite_no_returning_and_no_read_before_the_swap() {
+    async fn a_job_and_its_win_cost_sqlite_no_temporary_btree_and_no_read_before_the_swap() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("s.db").display());
         let store = Store::open(&url).await.unwrap();
@@ -760,5 +762,21 @@ mod tests {
             !ran.iter().any(|s| s.starts_with("SELECT completed_by")),
             "the winner was read before the swap: {ran:?}"
         );
+        // What SQLite would run for each statement: no temporary b-tree.
+        let explain = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
+        let ephemeral: Vec<_> = ran
+            .iter()
+            .filter(|statement| {
+                let mut program = explain.prepare(&format!("EXPLAIN {statement}")).unwrap();
+                let opcodes: Vec<String> = program
+                    .query_map([], |row| row.get(1))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                assert!(!opcodes.is_empty(), "{statement}");
+                opcodes.iter().any(|op| op == "OpenEphemeral")
+            })
+            .collect();
+        assert!(ephemeral.is_empty(), "{ephemeral:#?}");
     }
 }
