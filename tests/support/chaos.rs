@@ -123,6 +123,27 @@ impl Books {
             / 1000.0
     }
 
+    /// The typical p99 between `from` and `to`: the median of the p99s of
+    /// its consecutive `window`s (a last window shorter than half of one is
+    /// left out), in ms. A burst on a shared host (steal, another tenant's
+    /// IO) lifts the window it falls in; what the router does throughout a
+    /// span lifts them all. Two spans of different lengths compare fairly
+    /// this way, where a longer span's p99 holds more bursts.
+    pub fn typical_p99_ms_between(&self, from: Duration, to: Duration, window: Duration) -> f64 {
+        let mut p99s = Vec::new();
+        let mut start = from;
+        while start + window / 2 <= to {
+            p99s.push(self.p99_ms_between(start, (start + window).min(to)));
+            start += window;
+        }
+        p99s.sort_by(f64::total_cmp);
+        match p99s.len() {
+            0 => self.p99_ms_between(from, to),
+            n if n % 2 == 1 => p99s[n / 2],
+            n => (p99s[n / 2 - 1] + p99s[n / 2]) / 2.0,
+        }
+    }
+
     /// How many requests were answered with `status` (`"429"`, `"conn"`).
     pub fn answers_with(&self, status: &str) -> u64 {
         lock(&self.answers).get(status).copied().unwrap_or(0)
@@ -388,4 +409,42 @@ pub fn sqlite_files(db: &TestDb) -> (PathBuf, PathBuf) {
         .unwrap_or_default()
         .to_owned();
     (PathBuf::from(&path), PathBuf::from(format!("{path}-wal")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_lifts_its_window_and_not_the_typical_p99_a_steady_rise_lifts_them_all() {
+        let books = Books::new();
+        {
+            let mut latencies = lock(&books.latencies);
+            // 10 s at one request a ms: 1 ms each, but a 200 ms burst of
+            // 50 ms in the fourth second, and 5 ms from 6 s on.
+            for at in 0..10_000u64 {
+                let micros = match at {
+                    3_000..3_200 => 50_000,
+                    6_000.. => 5_000,
+                    _ => 1_000,
+                };
+                latencies.push((at, micros));
+            }
+        }
+        let s = Duration::from_secs;
+        let window = s(2);
+        assert_eq!(books.p99_ms_between(s(0), s(6)), 50.0);
+        assert_eq!(books.typical_p99_ms_between(s(0), s(6), window), 1.0);
+        assert_eq!(books.typical_p99_ms_between(s(6), s(10), window), 5.0);
+        // A last window shorter than half of one is left out.
+        assert_eq!(
+            books.typical_p99_ms_between(s(0), s(6) + Duration::from_millis(900), window),
+            1.0
+        );
+        // Shorter than half a window: the span's own p99.
+        assert_eq!(
+            books.typical_p99_ms_between(s(3), s(3) + Duration::from_millis(900), window),
+            50.0
+        );
+    }
 }
