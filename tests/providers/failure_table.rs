@@ -383,6 +383,33 @@ async fn an_error_object_in_a_200_is_definite_in_the_servers_words() {
     fails_at_every_kind(behavior, failure, class, Some(200), words).await;
 }
 
+/// Read straight into the format's type: JSON that is no answer (no
+/// object at all) is a bad response that says what it should have been,
+/// not "not JSON".
+#[tokio::test]
+async fn a_200_of_json_that_is_no_answer_says_what_it_should_have_been() {
+    for body in [json!([1, 2]), json!("fine")] {
+        let behavior = Behavior::Status {
+            status: 200,
+            body: body.clone(),
+            retry_after: None,
+        };
+        for kind in kinds() {
+            let (error, _) = fail_with(kind, behavior.clone(), "").await;
+            check(
+                &error,
+                FailureKind::BadResponse,
+                FailureClass::Definite,
+                None,
+            );
+            assert!(
+                error.message.starts_with("not a ") && !error.message.contains("not JSON"),
+                "{kind} {body}: {error}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_refusal_is_definite_in_the_models_words() {
     let behavior = Behavior::Refuse("I can't assist with that request.".into());

@@ -22,7 +22,12 @@ pub fn router(root: &Path) -> Result<()> {
             "`perf` is not installed: the profile samples the router with Linux perf (Debian: apt install linux-perf)"
         );
     }
-    let surety = crate::release_surety(root)?;
+    // Another build (e.g. a base that `bench router --compare` left in
+    // target/bench/bin) profiled the same way, for a before and after.
+    let surety = match std::env::var_os("SURETY_PROFILE_BIN") {
+        Some(bin) => std::path::PathBuf::from(bin),
+        None => crate::release_surety(root)?,
+    };
     let wrk = crate::wrk()?;
     let dir = crate::target_dir(root).join("profile");
     std::fs::create_dir_all(&dir)?;

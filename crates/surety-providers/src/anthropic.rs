@@ -29,6 +29,8 @@ const TOOL_NAME: &str = "answer";
 pub struct AnthropicProvider {
     config: ProviderConfig,
     http: HttpClient,
+    /// Where a chat call goes.
+    chat_url: reqwest::Url,
 }
 
 impl AnthropicProvider {
@@ -37,7 +39,11 @@ impl AnthropicProvider {
         key: Option<Secret>,
     ) -> Result<AnthropicProvider, ConfigError> {
         let http = HttpClient::for_provider(&config, key)?;
-        Ok(AnthropicProvider { config, http })
+        Ok(AnthropicProvider {
+            chat_url: HttpClient::endpoint(&config, "/v1/messages")?,
+            config,
+            http,
+        })
     }
 }
 
@@ -49,8 +55,8 @@ impl Wire for AnthropicProvider {
         (&self.config, &self.http)
     }
 
-    fn url(&self) -> String {
-        format!("{}/v1/messages", self.config.base_url)
+    fn url(&self) -> &reqwest::Url {
+        &self.chat_url
     }
 
     fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {

@@ -30,6 +30,8 @@ use crate::{
 pub struct GeminiProvider {
     config: ProviderConfig,
     http: HttpClient,
+    /// Where a chat call goes.
+    chat_url: reqwest::Url,
 }
 
 /// The keywords Google's OpenAPI-subset `responseSchema` takes.
@@ -61,7 +63,14 @@ const RESPONSE_SCHEMA_KEYWORDS: &[&str] = &[
 impl GeminiProvider {
     pub fn new(config: ProviderConfig, key: Option<Secret>) -> Result<GeminiProvider, ConfigError> {
         let http = HttpClient::for_provider(&config, key)?;
-        Ok(GeminiProvider { config, http })
+        Ok(GeminiProvider {
+            chat_url: HttpClient::endpoint(
+                &config,
+                &format!("/models/{}:generateContent", config.model),
+            )?,
+            config,
+            http,
+        })
     }
 }
 
@@ -73,11 +82,8 @@ impl Wire for GeminiProvider {
         (&self.config, &self.http)
     }
 
-    fn url(&self) -> String {
-        format!(
-            "{}/models/{}:generateContent",
-            self.config.base_url, self.config.model
-        )
+    fn url(&self) -> &reqwest::Url {
+        &self.chat_url
     }
 
     fn headers(&self, _call: &CallContext) -> Result<HeaderMap, ProviderError> {

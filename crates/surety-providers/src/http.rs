@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::failure::{FailureKind, ProviderError, classify_status, classify_transport};
@@ -31,9 +33,56 @@ enum BodyError {
 }
 
 /// A 2xx answer, parsed.
-pub(crate) struct JsonAnswer {
-    pub body: Value,
+pub(crate) struct JsonAnswer<T> {
+    pub body: T,
     pub latency: Duration,
+}
+
+/// Whether a 2xx body is an object with an `error` that is not null: read
+/// without building the body (keys compared where they lie, values
+/// skipped). Anything but an object is a data error.
+struct ErrorProbe(bool);
+
+impl<'de> serde::Deserialize<'de> for ErrorProbe {
+    fn deserialize<D: serde::Deserializer<'de>>(body: D) -> Result<ErrorProbe, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, Visitor};
+        /// A key, as whether it is `error`.
+        struct IsError(bool);
+        impl<'de> serde::Deserialize<'de> for IsError {
+            fn deserialize<D: serde::Deserializer<'de>>(key: D) -> Result<IsError, D::Error> {
+                struct Key;
+                impl Visitor<'_> for Key {
+                    type Value = IsError;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a key")
+                    }
+                    fn visit_str<E>(self, key: &str) -> Result<IsError, E> {
+                        Ok(IsError(key == "error"))
+                    }
+                }
+                key.deserialize_str(Key)
+            }
+        }
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = ErrorProbe;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<ErrorProbe, M::Error> {
+                let mut error = false;
+                while let Some(IsError(is_error)) = map.next_key()? {
+                    if is_error {
+                        error |= map.next_value::<Option<IgnoredAny>>()?.is_some();
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(ErrorProbe(error))
+            }
+        }
+        body.deserialize_map(Object)
+    }
 }
 
 impl HttpClient {
@@ -60,6 +109,20 @@ impl HttpClient {
         })
     }
 
+    /// `path` under the provider's `base_url`, parsed once, where its
+    /// calls go.
+    pub(crate) fn endpoint(
+        config: &crate::ProviderConfig,
+        path: &str,
+    ) -> Result<Url, crate::ConfigError> {
+        Url::parse(&format!("{}{path}", config.base_url)).map_err(|e| {
+            crate::ConfigError::at(
+                format!("providers.{}.base_url", config.id),
+                format!("`{}{path}` is not a URL: {e}", config.base_url),
+            )
+        })
+    }
+
     pub(crate) fn new(
         provider: &str,
         connect_timeout: Duration,
@@ -79,26 +142,35 @@ impl HttpClient {
         })
     }
 
-    pub(crate) async fn post_json(
+    /// POSTs `body` to `url` and reads the answer as `T` (`what` says what
+    /// it should be, for the failure when it is not).
+    pub(crate) async fn post_json<T: DeserializeOwned>(
         &self,
-        url: &str,
+        url: &Url,
         headers: HeaderMap,
         body: &Value,
-    ) -> Result<JsonAnswer, ProviderError> {
-        self.send(self.client.post(url).headers(headers).json(body))
+        what: &str,
+    ) -> Result<JsonAnswer<T>, ProviderError> {
+        let request = self.client.post(url.clone()).headers(headers).json(body);
+        self.send(request, what).await
+    }
+
+    pub(crate) async fn get_json<T: DeserializeOwned>(
+        &self,
+        url: &Url,
+        headers: HeaderMap,
+        what: &str,
+    ) -> Result<JsonAnswer<T>, ProviderError> {
+        self.send(self.client.get(url.clone()).headers(headers), what)
             .await
     }
 
-    pub(crate) async fn get_json(
+    async fn send<T: DeserializeOwned>(
         &self,
-        url: &str,
-        headers: HeaderMap,
-    ) -> Result<JsonAnswer, ProviderError> {
-        self.send(self.client.get(url).headers(headers)).await
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<JsonAnswer, ProviderError> {
-        let result = self.exchange(request).await;
+        request: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<JsonAnswer<T>, ProviderError> {
+        let result = self.exchange(request, what).await;
         match &result {
             Ok(answer) => {
                 tracing::debug!(provider = %self.provider, latency_ms = answer.latency.as_millis() as u64, "provider answered")
@@ -110,10 +182,11 @@ impl HttpClient {
         result
     }
 
-    async fn exchange(
+    async fn exchange<T: DeserializeOwned>(
         &self,
         request: reqwest::RequestBuilder,
-    ) -> Result<JsonAnswer, ProviderError> {
+        what: &str,
+    ) -> Result<JsonAnswer<T>, ProviderError> {
         let started = Instant::now();
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         let status = response.status().as_u16();
@@ -164,7 +237,9 @@ impl HttpClient {
                 error
             }
         })?;
-        let body = serde_json::from_slice(&bytes).map_err(|e| {
+        // Read straight into `T`, with no JSON tree between: first whether
+        // the body is an error object instead (a scan that keeps nothing).
+        let not_json = |e: serde_json::Error| {
             let mut error = ProviderError::new(
                 &self.provider,
                 FailureKind::BadResponse,
@@ -175,7 +250,21 @@ impl HttpClient {
             );
             error.status = Some(status);
             error
-        })?;
+        };
+        match serde_json::from_slice::<ErrorProbe>(&bytes) {
+            Ok(ErrorProbe(true)) => {
+                let body: Value = serde_json::from_slice(&bytes).map_err(not_json)?;
+                if let Some(error) = self.error_in_body(&body) {
+                    return Err(error);
+                }
+            }
+            Ok(ErrorProbe(false)) => {}
+            // JSON that is no object: `T` says what is wrong with it below.
+            Err(e) if e.is_data() => {}
+            Err(e) => return Err(not_json(e)),
+        }
+        let body = serde_json::from_slice(&bytes)
+            .map_err(|e| self.bad_response(format!("not {what}: {e}")))?;
         Ok(JsonAnswer { body, latency })
     }
 
@@ -382,5 +471,34 @@ fn truncate(text: &str) -> String {
     match text.char_indices().nth(MAX_MESSAGE) {
         Some((at, _)) => format!("{}...", &text[..at]),
         None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(body: &str) -> Result<bool, serde_json::error::Category> {
+        serde_json::from_str::<ErrorProbe>(body)
+            .map(|ErrorProbe(error)| error)
+            .map_err(|e| e.classify())
+    }
+
+    /// The probe finds what `error_in_body` reads in a tree: a top-level
+    /// `error` that is not null, however its key is spelled.
+    #[test]
+    fn the_probe_finds_a_top_level_error_and_nothing_else() {
+        use serde_json::error::Category;
+        assert_eq!(probe(r#"{"id": 1, "error": {"message": "x"}}"#), Ok(true));
+        assert_eq!(probe(r#"{"\u0065rror": "overloaded"}"#), Ok(true));
+        assert_eq!(probe(r#"{"error": null, "id": 1}"#), Ok(false));
+        assert_eq!(
+            probe(r#"{"choices": [{"error": 1}], "x": {"error": 2}}"#),
+            Ok(false)
+        );
+        assert_eq!(probe("[1, 2]"), Err(Category::Data));
+        assert_eq!(probe(r#""error""#), Err(Category::Data));
+        assert_eq!(probe(r#"{"error": "#), Err(Category::Eof));
+        assert_eq!(probe("{oops}"), Err(Category::Syntax));
     }
 }

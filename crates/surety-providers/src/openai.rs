@@ -23,6 +23,10 @@ use crate::{
 pub struct OpenAiProvider {
     config: ProviderConfig,
     http: HttpClient,
+    /// `{base_url}/chat/completions`.
+    chat_url: reqwest::Url,
+    /// `{base_url}/models`.
+    models_url: reqwest::Url,
     /// `/v1/models`, asked once.
     served: OnceCell<Vec<String>>,
 }
@@ -31,6 +35,8 @@ impl OpenAiProvider {
     pub fn new(config: ProviderConfig, key: Option<Secret>) -> Result<OpenAiProvider, ConfigError> {
         let http = HttpClient::for_provider(&config, key)?;
         Ok(OpenAiProvider {
+            chat_url: HttpClient::endpoint(&config, "/chat/completions")?,
+            models_url: HttpClient::endpoint(&config, "/models")?,
             config,
             http,
             served: OnceCell::new(),
@@ -53,8 +59,8 @@ impl Wire for OpenAiProvider {
         (&self.config, &self.http)
     }
 
-    fn url(&self) -> String {
-        format!("{}/chat/completions", self.config.base_url)
+    fn url(&self) -> &reqwest::Url {
+        &self.chat_url
     }
 
     fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
@@ -236,10 +242,11 @@ impl OpenAiProvider {
     async fn models(&self) -> Result<&Vec<String>, ProviderError> {
         self.served
             .get_or_try_init(|| async {
-                let url = format!("{}/models", self.config.base_url);
-                let answer = self.http.get_json(&url, self.headers(None)?).await?;
-                let list: ModelList = serde_json::from_value(answer.body)
-                    .map_err(|e| self.http.bad_response(format!("not a model list: {e}")))?;
+                let list: ModelList = self
+                    .http
+                    .get_json(&self.models_url, self.headers(None)?, "a model list")
+                    .await?
+                    .body;
                 Ok(list.data.into_iter().map(|m| m.id).collect())
             })
             .await
@@ -262,13 +269,14 @@ impl OpenAiProvider {
         }
         let root = self.config.base_url.trim_end_matches("/v1");
         let url = format!("{root}/extras/{what}");
-        let body = self
+        let url = reqwest::Url::parse(&url).map_err(|e| {
+            ProviderError::not_sent(&self.config.id, format!("`{url}` is not a URL: {e}"))
+        })?;
+        Ok(self
             .http
-            .post_json(&url, self.headers(None)?, body)
+            .post_json(&url, self.headers(None)?, body, answer)
             .await?
-            .body;
-        serde_json::from_value(body)
-            .map_err(|e| self.http.bad_response(format!("not {answer}: {e}")))
+            .body)
     }
 
     async fn server_tokenize(&self, text: &str) -> Result<Vec<u32>, ProviderError> {

@@ -23,8 +23,8 @@ pub(crate) trait Wire: Sync {
 
     /// The provider's configuration and its HTTP client.
     fn parts(&self) -> (&ProviderConfig, &HttpClient);
-    /// Where a chat call goes.
-    fn url(&self) -> String;
+    /// Where a chat call goes (parsed once, when the adapter was made).
+    fn url(&self) -> &reqwest::Url;
     fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError>;
     fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError>;
     /// The answer to `request`, read; `latency` is the call's.
@@ -46,14 +46,9 @@ pub(crate) async fn chat<W: Wire>(
     config.capabilities.check(&config.id, request)?;
     let body = wire.request_body(request)?;
     let answer = http
-        .post_json(&wire.url(), wire.headers(call)?, &body)
+        .post_json::<W::Answer>(wire.url(), wire.headers(call)?, &body, W::ANSWER)
         .await?;
-    if let Some(error) = http.error_in_body(&answer.body) {
-        return Err(error);
-    }
-    let parsed: W::Answer = serde_json::from_value(answer.body)
-        .map_err(|e| http.bad_response(format!("not {}: {e}", W::ANSWER)))?;
-    wire.read(request, parsed, answer.latency)
+    wire.read(request, answer.body, answer.latency)
 }
 
 impl HttpClient {
