@@ -652,17 +652,24 @@ async fn hostile_clients(s: &Scenario<'_>) -> Row {
 /// the run's end: nothing is pruned. Its answers are the reference for the
 /// windows of a run that prunes.
 async fn without_pruning(s: &Scenario<'_>, load: Load) -> Arc<Books> {
-    let db = TestDb::new(s.engine).await.unwrap();
-    let fake = chaos::answering_fake(0).await;
-    let server = format!("{SERVER}retention_ms = {}\n", (s.length * 10).as_millis());
-    let dir = serve::workspace(s.repo, &db.url, &fake, &server);
-    let cluster = Cluster::start(s.bin, dir, 1).await;
+    let (_db, _fake, cluster) = retaining(s, s.length * 10).await;
     let load = Running::start(&cluster, load);
     tokio::time::sleep(s.length).await;
     let books = load.stop().await;
     let pruned = cluster.metric("surety_pruned_jobs_total").await;
     assert_eq!(pruned, 0.0, "the reference run pruned");
     books
+}
+
+/// A router on a database of its own, its provider a fake that answers at
+/// once, pruning settled jobs past `retention`.
+async fn retaining(s: &Scenario<'_>, retention: Duration) -> (TestDb, FakeProvider, Cluster) {
+    let db = TestDb::new(s.engine).await.unwrap();
+    let fake = chaos::answering_fake(0).await;
+    let server = format!("{SERVER}retention_ms = {}\n", retention.as_millis());
+    let dir = serve::workspace(s.repo, &db.url, &fake, &server);
+    let cluster = Cluster::start(s.bin, dir, 1).await;
+    (db, fake, cluster)
 }
 
 /// `load` for the whole length (the provider answering at once), with a
@@ -672,11 +679,7 @@ async fn without_pruning(s: &Scenario<'_>, load: Load) -> Arc<Books> {
 /// pruning is held to a margin; at full load (a closed loop) every delete
 /// is work the saturated writer queues, so it is only reported.
 async fn sustained_load(s: &Scenario<'_>, load: Load) -> Row {
-    let db = TestDb::new(s.engine).await.unwrap();
-    let fake = chaos::answering_fake(0).await;
     let retention = s.retention.unwrap_or(s.length);
-    let server = format!("{SERVER}retention_ms = {}\n", retention.as_millis());
-    let dir = serve::workspace(s.repo, &db.url, &fake, &server);
     let fixed_rate = load.rate.is_some();
     // At a fixed rate, the reference: the same load first, on a database of
     // its own with nothing to prune, so the two runs differ by pruning alone
@@ -686,7 +689,7 @@ async fn sustained_load(s: &Scenario<'_>, load: Load) -> Row {
         true => Some(without_pruning(s, load.clone()).await),
         false => None,
     };
-    let mut cluster = Cluster::start(s.bin, dir, 1).await;
+    let (db, fake, mut cluster) = retaining(s, retention).await;
     let load = Running::start(&cluster, load);
     let (file, wal) = chaos::sqlite_files(&db);
     let began = Instant::now();

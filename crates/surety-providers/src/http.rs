@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::failure::{FailureKind, ProviderError, classify_status, classify_transport};
@@ -43,45 +44,50 @@ pub(crate) struct JsonAnswer<T> {
 /// skipped). Anything but an object is a data error.
 struct ErrorProbe(bool);
 
-impl<'de> serde::Deserialize<'de> for ErrorProbe {
-    fn deserialize<D: serde::Deserializer<'de>>(body: D) -> Result<ErrorProbe, D::Error> {
-        use serde::de::{IgnoredAny, MapAccess, Visitor};
-        /// A key, as whether it is `error`.
-        struct IsError(bool);
-        impl<'de> serde::Deserialize<'de> for IsError {
-            fn deserialize<D: serde::Deserializer<'de>>(key: D) -> Result<IsError, D::Error> {
-                struct Key;
-                impl Visitor<'_> for Key {
-                    type Value = IsError;
-                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                        f.write_str("a key")
-                    }
-                    fn visit_str<E>(self, key: &str) -> Result<IsError, E> {
-                        Ok(IsError(key == "error"))
-                    }
-                }
-                key.deserialize_str(Key)
+/// A key, as whether it is `error`.
+struct IsError(bool);
+
+impl<'de> Deserialize<'de> for ErrorProbe {
+    fn deserialize<D: Deserializer<'de>>(body: D) -> Result<ErrorProbe, D::Error> {
+        body.deserialize_map(ErrorProbe(false))
+    }
+}
+
+impl<'de> Visitor<'de> for ErrorProbe {
+    type Value = ErrorProbe;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<ErrorProbe, M::Error> {
+        let mut error = self.0;
+        while let Some(IsError(is_error)) = map.next_key()? {
+            if is_error {
+                error |= map.next_value::<Option<IgnoredAny>>()?.is_some();
+            } else {
+                map.next_value::<IgnoredAny>()?;
             }
         }
-        struct Object;
-        impl<'de> Visitor<'de> for Object {
-            type Value = ErrorProbe;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<ErrorProbe, M::Error> {
-                let mut error = false;
-                while let Some(IsError(is_error)) = map.next_key()? {
-                    if is_error {
-                        error |= map.next_value::<Option<IgnoredAny>>()?.is_some();
-                    } else {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(ErrorProbe(error))
-            }
-        }
-        body.deserialize_map(Object)
+        Ok(ErrorProbe(error))
+    }
+}
+
+impl<'de> Deserialize<'de> for IsError {
+    fn deserialize<D: Deserializer<'de>>(key: D) -> Result<IsError, D::Error> {
+        key.deserialize_str(IsError(false))
+    }
+}
+
+impl Visitor<'_> for IsError {
+    type Value = IsError;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<IsError, E> {
+        Ok(IsError(key == "error"))
     }
 }
 
