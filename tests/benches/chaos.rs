@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use surety_fake_provider::{Behavior, FakeProvider, Script, When};
+use surety_fake_provider::{Behavior, FakeProvider, Keep, Script, When};
 use surety_tests::chaos::{self, Audit, Books, Load, MachineCpu};
 use surety_tests::serve::{self, FLOOD_KEY, KEY, RouterProcess};
 use surety_tests::{Engine, TestDb};
@@ -520,7 +520,7 @@ async fn hostile_providers(s: &Scenario<'_>) -> Row {
     let db = TestDb::new(s.engine).await.unwrap();
     let ok = Behavior::Reply(json!({"language": "english"}).to_string());
     let fake = FakeProvider::start(Script {
-        counts_only: true,
+        keep: Keep::Counts,
         ..Script::always(ok)
             .rule(
                 When::PromptContains("huge".to_owned()),

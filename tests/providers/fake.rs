@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
+use surety_fake_provider::{Behavior, FakeProvider, Keep, Latency, Script, When};
 
 use crate::support::{call, json_request, provider_for};
 
@@ -70,4 +70,37 @@ async fn tests_wait_on_the_call_counter() {
         "no second call arrives"
     );
     pending.abort();
+}
+
+/// A load run's fake keeps no more than it is asked to: what it keeps grows
+/// with every call, and a benchmark's upstream that grows stalls its own
+/// answers (page faults) and charges them to the router.
+#[tokio::test]
+async fn a_fake_keeps_of_each_call_only_what_its_script_asks() {
+    // keep, replay by key: requests kept, keys counted, answers kept.
+    for (keep, replay_by_key, requests, keys, answers) in [
+        (Keep::Requests, false, 2, 2, 0),
+        (Keep::Counts, false, 0, 2, 0),
+        (Keep::Totals, false, 0, 0, 0),
+        (Keep::Totals, true, 0, 0, 2),
+    ] {
+        let fake = FakeProvider::start(Script {
+            keep,
+            replay_by_key,
+            ..Script::always(Behavior::Reply(
+                r#"{"category": "account", "urgent": false}"#.into(),
+            ))
+        })
+        .await
+        .unwrap();
+        let provider = provider_for(&fake, "openai", "");
+        for n in [1, 2] {
+            provider.chat(&json_request(), &call(n)).await.unwrap();
+        }
+        let what = format!("{keep:?}, replay by key {replay_by_key}");
+        assert_eq!(fake.calls(), 2, "{what}");
+        assert_eq!(fake.requests().len(), requests, "{what}");
+        assert_eq!(fake.calls_by_key().len(), keys, "{what}");
+        assert_eq!(fake.answers_kept(), answers, "{what}");
+    }
 }

@@ -58,10 +58,10 @@ impl MachineCpu {
 /// A provider that answers every request after `latency_ms`, counting
 /// calls only (a long run's requests are not kept).
 pub async fn answering_fake(latency_ms: u64) -> FakeProvider {
-    use surety_fake_provider::{Behavior, Latency, Script, When};
+    use surety_fake_provider::{Behavior, Keep, Latency, Script, When};
     let english = Behavior::Reply(json!({"language": "english"}).to_string());
     FakeProvider::start(Script {
-        counts_only: true,
+        keep: Keep::Counts,
         ..Script::always(english.clone()).rule_with_latency(
             When::Always,
             english,

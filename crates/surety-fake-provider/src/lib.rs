@@ -49,10 +49,28 @@ pub struct Script {
     /// that first answer again, as a provider that honours the header does.
     #[serde(default)]
     pub replay_by_key: bool,
-    /// Keeps the counts only, not each request ([`FakeProvider::requests`]
-    /// stays empty): for long load runs.
+    /// What it keeps of each request.
     #[serde(default)]
-    pub counts_only: bool,
+    pub keep: Keep,
+}
+
+/// What the fake keeps of each request it receives. Whatever it keeps
+/// grows with every call, and memory taken from the system as it grows is
+/// paid for in page faults on the answers of the moment: a load run keeps
+/// as little as it reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Keep {
+    /// Each request whole ([`FakeProvider::requests`]) and the counts.
+    #[default]
+    Requests,
+    /// The counts: in all, per rule and per Idempotency-Key
+    /// ([`FakeProvider::calls_by_key`]): for long load runs that still
+    /// count calls per intent.
+    Counts,
+    /// The counts in all and per rule: an upstream that keeps nothing per
+    /// request, for benchmarks.
+    Totals,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,7 +175,7 @@ impl Default for Script {
             models_status: None,
             answer_model: None,
             replay_by_key: false,
-            counts_only: false,
+            keep: Keep::Requests,
         }
     }
 }
@@ -326,6 +344,11 @@ impl FakeProvider {
         lock(&self.shared.log).by_key.clone()
     }
 
+    /// Answers kept to replay by key (none unless `replay_by_key`).
+    pub fn answers_kept(&self) -> usize {
+        lock(&self.shared.log).answered.len()
+    }
+
     /// Bytes of `Huge` bodies the fake has made, that is, that a client read
     /// (or that sat in buffers on their way).
     pub fn bytes_streamed(&self) -> u64 {
@@ -390,7 +413,8 @@ struct Plan {
     call: u64,
     /// The model the answer names.
     model: String,
-    /// The request's Idempotency-Key.
+    /// The request's Idempotency-Key, when the fake replays by key: its
+    /// answer is kept under it.
     key: Option<String>,
     /// The first answer to this key, when the fake replays by key.
     replay: Option<Bytes>,
@@ -415,11 +439,11 @@ fn plan(
     let mut log = lock(&shared.log);
     log.total += 1;
     let call = log.total;
-    if let Some(key) = &key {
+    let script = read(&shared.script);
+    if let (Some(key), Keep::Requests | Keep::Counts) = (&key, script.keep) {
         *log.by_key.entry(key.clone()).or_default() += 1;
     }
-    let script = read(&shared.script);
-    if !script.counts_only {
+    if script.keep == Keep::Requests {
         log.requests.push(Recorded {
             format,
             model: model.clone(),
@@ -432,6 +456,7 @@ fn plan(
         (Some(key), true) => log.answered.get(key).cloned(),
         _ => None,
     };
+    let key = key.filter(|_| script.replay_by_key);
     let matched = script
         .rules
         .iter()
