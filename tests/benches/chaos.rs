@@ -685,9 +685,10 @@ async fn sustained_load(s: &Scenario<'_>, load: Load) -> Row {
     // its own with nothing to prune, so the two runs differ by pruning alone
     // (the first seconds of a run, its tables still small, are no steady
     // state to compare with).
-    let reference = match fixed_rate {
-        true => Some(without_pruning(s, load.clone()).await),
-        false => None,
+    let reference = if fixed_rate {
+        Some(without_pruning(s, load.clone()).await)
+    } else {
+        None
     };
     let (db, fake, mut cluster) = retaining(s, retention).await;
     let load = Running::start(&cluster, load);
