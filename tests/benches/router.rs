@@ -287,7 +287,7 @@ async fn run() {
             for _round in 0..if comparing { 2 } else { 1 } {
                 for ((router, _, _), m) in routers.iter().zip(&mut measured) {
                     // With SURETY_PROFILE_OUT, the first cell runs under `perf record`.
-                    let profiling = profile(router, &mut profiled);
+                    let profiling = profile(router, engine, &mut profiled);
                     let cpu_before = Cpu::now(router);
                     let round = drive(
                         &client,
@@ -434,24 +434,36 @@ async fn run() {
 /// `perf record` of the router's threads while the first cell runs, when
 /// `SURETY_PROFILE_OUT` names where its data goes (`cargo xtask profile
 /// router`): the `cpu-clock` event (so each sample's period is
-/// nanoseconds of CPU), call graphs by DWARF unwinding, at 999 Hz.
-fn profile(router: &RouterProcess, profiled: &mut bool) -> Option<tokio::process::Child> {
+/// nanoseconds of CPU), call graphs by DWARF unwinding, at 999 Hz. On
+/// PostgreSQL every CPU is sampled, so the server's processes (which the
+/// router's statements keep busy, and which start as the pool connects)
+/// are in the profile too; the router's pid goes to `<out>.pid`, for
+/// `perf script` to tell the two apart.
+fn profile(
+    router: &RouterProcess,
+    engine: Engine,
+    profiled: &mut bool,
+) -> Option<tokio::process::Child> {
     let out = std::env::var("SURETY_PROFILE_OUT").ok()?;
     if std::mem::replace(profiled, true) {
         return None;
     }
-    let perf = tokio::process::Command::new("perf")
-        .args([
-            "record",
-            "-e",
-            "cpu-clock",
-            "-F",
-            "999",
-            "--call-graph",
-            "dwarf,16384",
-            "-p",
-        ])
-        .arg(router.pid.to_string())
+    let mut perf = tokio::process::Command::new("perf");
+    perf.args([
+        "record",
+        "-e",
+        "cpu-clock",
+        "-F",
+        "999",
+        "--call-graph",
+        "dwarf,16384",
+    ]);
+    match engine {
+        Engine::Postgres => perf.arg("-a"),
+        Engine::Sqlite => perf.arg("-p").arg(router.pid.to_string()),
+    };
+    std::fs::write(format!("{out}.pid"), router.pid.to_string()).expect("the router's pid");
+    let perf = perf
         .arg("-o")
         .arg(&out)
         .stdout(std::process::Stdio::null())

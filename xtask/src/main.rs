@@ -38,6 +38,7 @@ commands:
                  and RSS; with --compare, GIT-REF's release build and the work tree's alternate
                  in each cell (ABAB) and the ratios are printed
   profile router the release router under `bench router`'s closed 64-client cell on SQLite
+                 (SURETY_BENCH_ENGINES=postgres: on PostgreSQL, its server's processes profiled too)
                  (SURETY_BENCH_ENGINES / SURETY_BENCH_CELLS / SURETY_BENCH_SECS choose another),
                  sampled by Linux perf: target/profile/router.svg (a flame graph) and the
                  functions that take the most of a job's CPU, in µs per job

@@ -2,7 +2,9 @@
 //! by Linux `perf` (call graphs by DWARF unwinding), as a flame graph and
 //! as the functions that take the most of a job's CPU. The load is `bench
 //! router`'s own (by default its closed 64-client cell on SQLite), so the
-//! profile and the benchmark's figures describe the same run.
+//! profile and the benchmark's figures describe the same run. With
+//! `SURETY_BENCH_ENGINES=postgres` the whole machine is sampled, and
+//! PostgreSQL's processes get a flame graph and a top of their own.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -49,39 +51,89 @@ pub fn router(root: &Path) -> Result<()> {
         .context("the benchmark did not say how many jobs the profile covers")?
         .trim()
         .parse()?;
-    let script = Command::new("perf")
-        .args(["script", "-i"])
-        .arg(&data)
-        .output()
-        .context("perf script")?;
-    if !script.status.success() {
-        bail!(
-            "perf script failed: {}",
-            String::from_utf8_lossy(&script.stderr)
-        );
+    let pid = std::fs::read_to_string(dir.join("perf.data.pid"))
+        .context("the benchmark did not say which process is the router")?;
+    let title = format!("({engines}, {cells}): {jobs:.0} jobs");
+    let router = Profiled {
+        name: "router",
+        select: ["--pid".to_owned(), pid.trim().to_owned()],
+        title: format!("surety serve under bench router {title}"),
+        // surety's own functions, with what they call.
+        inclusive: |frame| frame.contains("surety"),
+    };
+    let mut report = router.write(&data, &dir, jobs)?;
+    // On PostgreSQL the whole machine was sampled (the profiled cell is
+    // the first the benchmark runs): the server's processes too, whose CPU
+    // per job is most of a job's.
+    if engines.split(',').all(|e| e.trim().starts_with("postgres")) {
+        let server = Profiled {
+            name: "postgres",
+            select: ["--comms".to_owned(), "postgres".to_owned()],
+            title: format!("PostgreSQL's processes under bench router {title}"),
+            // Every function, with what it calls: where the server's time goes
+            // (planning, executor start, constraint checks, index inserts,
+            // commit and its flush).
+            inclusive: |_| true,
+        };
+        report.push('\n');
+        report.push_str(&server.write(&data, &dir, jobs)?);
     }
-    let mut folded = Vec::new();
-    inferno::collapse::perf::Folder::from(inferno::collapse::perf::Options::default())
-        .collapse(&script.stdout[..], &mut folded)
-        .context("collapsing perf's stacks")?;
-    std::fs::write(dir.join("router.folded"), &folded)?;
-    let svg = dir.join("router.svg");
-    let mut options = inferno::flamegraph::Options::default();
-    options.title = format!("surety serve under bench router ({engines}, {cells}): {jobs:.0} jobs");
-    inferno::flamegraph::from_reader(&mut options, &folded[..], std::fs::File::create(&svg)?)
-        .context("drawing the flame graph")?;
-    let report = top(&String::from_utf8_lossy(&folded), jobs);
-    println!("{report}");
     std::fs::write(dir.join("top.txt"), &report)?;
-    println!("flame graph: {}", svg.display());
     Ok(())
 }
 
+/// One process's part of the recorded profile: its folded stacks, its
+/// flame graph and its top functions, under `target/profile/<name>.*`.
+struct Profiled {
+    name: &'static str,
+    /// `perf script`'s options that keep only this process's samples.
+    select: [String; 2],
+    title: String,
+    /// The frames listed with what they call.
+    inclusive: fn(&str) -> bool,
+}
+
+impl Profiled {
+    fn write(&self, data: &Path, dir: &Path, jobs: f64) -> Result<String> {
+        let script = Command::new("perf")
+            .args(["script", "-i"])
+            .arg(data)
+            .args(&self.select)
+            .output()
+            .context("perf script")?;
+        if !script.status.success() {
+            bail!(
+                "perf script failed: {}",
+                String::from_utf8_lossy(&script.stderr)
+            );
+        }
+        let mut folded = Vec::new();
+        inferno::collapse::perf::Folder::from(inferno::collapse::perf::Options::default())
+            .collapse(&script.stdout[..], &mut folded)
+            .context("collapsing perf's stacks")?;
+        std::fs::write(dir.join(format!("{}.folded", self.name)), &folded)?;
+        let svg = dir.join(format!("{}.svg", self.name));
+        let mut options = inferno::flamegraph::Options::default();
+        options.title = self.title.clone();
+        inferno::flamegraph::from_reader(&mut options, &folded[..], std::fs::File::create(&svg)?)
+            .context("drawing the flame graph")?;
+        let report = top(
+            &String::from_utf8_lossy(&folded),
+            jobs,
+            self.name,
+            self.inclusive,
+        );
+        println!("{report}");
+        println!("flame graph: {}", svg.display());
+        Ok(report)
+    }
+}
+
 /// The functions that take the most CPU, by themselves (the leaf of a
-/// stack), and surety's own with what they call (anywhere in a stack, once
-/// per stack), in µs of CPU per job. `folded`'s counts are perf's periods
+/// stack), and those `inclusive` picks with what they call (anywhere in a
+/// stack, once per stack), in µs of CPU per job of process `name`. `folded`'s counts are perf's periods
 /// of the `cpu-clock` event: nanoseconds of CPU.
-fn top(folded: &str, jobs: f64) -> String {
+fn top(folded: &str, jobs: f64, name: &str, inclusive: fn(&str) -> bool) -> String {
     let mut own: HashMap<&str, u64> = HashMap::new();
     let mut with_callees: HashMap<&str, u64> = HashMap::new();
     let mut total = 0u64;
@@ -98,7 +150,7 @@ fn top(folded: &str, jobs: f64) -> String {
             *own.entry(leaf).or_default() += count;
         }
         let mut seen: Vec<&str> = Vec::new();
-        for frame in frames.into_iter().filter(|f| f.contains("surety")) {
+        for frame in frames.into_iter().filter(|f| inclusive(f)) {
             if !seen.contains(&frame) {
                 seen.push(frame);
                 *with_callees.entry(frame).or_default() += count;
@@ -107,14 +159,11 @@ fn top(folded: &str, jobs: f64) -> String {
     }
     let per_job = |ns: u64| ns as f64 / 1000.0 / jobs.max(1.0);
     let mut out = format!(
-        "{:.2} s of router CPU over {jobs:.0} jobs: {:.1} µs per job\n",
+        "{:.2} s of {name} CPU over {jobs:.0} jobs: {:.1} µs per job\n",
         total as f64 / 1e9,
         per_job(total)
     );
-    for (title, table) in [
-        ("by itself", &own),
-        ("of surety's own, with what it calls", &with_callees),
-    ] {
+    for (title, table) in [("by itself", &own), ("with what it calls", &with_callees)] {
         let mut rows: Vec<(&str, u64)> = table.iter().map(|(f, n)| (*f, *n)).collect();
         rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         out.push_str(&format!(
@@ -137,7 +186,7 @@ mod tests {
     fn the_top_counts_a_function_once_per_stack_and_in_us_per_job() {
         let folded = "main;surety::handle;parse 30000\nmain;surety::handle;surety::handle 10000\nmain;write 60000\n";
         // 100 µs of CPU over one job.
-        let report = super::top(folded, 1.0);
+        let report = super::top(folded, 1.0, "router", |f| f.contains("surety"));
         assert!(
             report.starts_with("0.00 s of router CPU over 1 jobs: 100.0 µs per job"),
             "{report}"
