@@ -34,6 +34,7 @@ surety_tests::both_engines!(scenarios:
     a_cancel_committed_while_the_result_waits_makes_it_lose,
     retention_prunes_settled_jobs_in_batches_and_never_an_open_one,
     the_attention_queue_lists_unknown_oldest_first_and_failed_newest_first,
+    every_rule_on_a_row_is_the_schemas_own,
 );
 
 /// The router's own checks and the trust they take away, per engine.

@@ -11,7 +11,7 @@ use surety_store::{
     AttemptHandle, Created, Finish, Job, JobId, NewJob, Outcome, OwnerId, Slot, StartAttempt,
     Store, StoreError,
 };
-use surety_tests::TestDb;
+use surety_tests::{Engine, TestDb};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -1406,4 +1406,116 @@ pub async fn the_attention_queue_lists_unknown_oldest_first_and_failed_newest_fi
     assert_eq!(ids(&failed), [made[1].1.id.clone()]);
     let (unknown, _) = store.attention(None, 1).await.unwrap();
     assert_eq!(ids(&unknown), [made[2].1.id.clone()]);
+}
+
+/// Every rule on a row's values holds in the schema itself, whoever
+/// writes: straight SQL that breaks one is refused as a check violation
+/// and changes nothing. On PostgreSQL the rules on one column are domains
+/// (parsed once per connection) and only the rules that tie a row's
+/// columns together are table CHECKs, which the server parses again for
+/// every row it writes.
+pub async fn every_rule_on_a_row_is_the_schemas_own(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "r-1", json!({}))).await;
+    store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    let before = db.snapshot().await;
+    let long = "k".repeat(256);
+    let insert_job = |owner: &str, key: &str, hedgeable: &str, state: &str, result: &str| {
+        format!(
+            "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, input, \
+             fingerprint, hedgeable, state, result, completed_by, created_at_ms, updated_at_ms) \
+             VALUES ('bad', '{owner}', '{key}', 'r', 'c', 'd', '{{}}', 'f', {hedgeable}, '{state}', \
+             {result}, NULL, 0, 0)"
+        )
+    };
+    let insert_attempt = |ordinal: &str, slot: &str, provider: &str, state: &str| {
+        format!(
+            "INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, base_version, \
+             started_at_ms, lease_expires_at_ms) \
+             VALUES ('{}', {ordinal}, {slot}, 0, '{provider}', '{state}', 0, 0, 0)",
+            job.id.0
+        )
+    };
+    let broken = [
+        ("an empty owner", insert_job("", "k", "0", "queued", "NULL")),
+        (
+            "a long owner",
+            insert_job(&long, "k", "0", "queued", "NULL"),
+        ),
+        (
+            "an empty key",
+            insert_job("acme", "", "0", "queued", "NULL"),
+        ),
+        (
+            "a long key",
+            insert_job("acme", &long, "0", "queued", "NULL"),
+        ),
+        (
+            "a hedgeable of 2",
+            insert_job("acme", "k", "2", "queued", "NULL"),
+        ),
+        (
+            "a job state of none",
+            insert_job("acme", "k", "0", "done", "NULL"),
+        ),
+        (
+            "a result while queued",
+            insert_job("acme", "k", "0", "queued", "'x'"),
+        ),
+        (
+            "a win without a winner",
+            insert_job("acme", "k", "0", "succeeded", "'x'"),
+        ),
+        (
+            "an ordinal of 0",
+            insert_attempt("0", "0", "openai", "failed"),
+        ),
+        ("a slot of 2", insert_attempt("7", "2", "openai", "failed")),
+        (
+            "a hedge on a plain job",
+            insert_attempt("7", "1", "openai", "failed"),
+        ),
+        ("an empty provider", insert_attempt("7", "0", "", "failed")),
+        (
+            "an attempt state of none",
+            insert_attempt("7", "0", "openai", "done"),
+        ),
+        (
+            "a job's state changed to none",
+            format!("UPDATE jobs SET state = 'done' WHERE id = '{}'", job.id.0),
+        ),
+        (
+            "an attempt's provider emptied",
+            format!(
+                "UPDATE attempts SET provider = '' WHERE job_id = '{}'",
+                job.id.0
+            ),
+        ),
+    ];
+    for (what, sql) in &broken {
+        let error = db.exec_err(sql).await;
+        let kind = error.as_database_error().map(|e| e.kind());
+        assert!(
+            matches!(kind, Some(sqlx::error::ErrorKind::CheckViolation)),
+            "{what}: {error}"
+        );
+    }
+    assert_eq!(db.snapshot().await, before);
+    if db.engine == Engine::Postgres {
+        let one_column_checks = db
+            .count(
+                "SELECT COUNT(*) FROM pg_constraint \
+                 WHERE contype = 'c' AND conrelid IN ('jobs'::regclass, 'attempts'::regclass) \
+                 AND cardinality(conkey) = 1",
+            )
+            .await;
+        assert_eq!(
+            one_column_checks, 0,
+            "a rule on one column is a domain's, parsed once per connection, not for every row"
+        );
+    }
 }

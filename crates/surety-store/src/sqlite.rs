@@ -65,13 +65,14 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(25);
 /// restarts.
 pub const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 
-/// The schema, in the file PostgreSQL's migrator reads too.
 /// With a size limit, 1/this of it is kept for what acknowledged jobs
 /// still write (results, attempts, races): new jobs stop short of it.
 const RESERVED_FRACTION: i64 = 8;
 
+/// The schema, in the files PostgreSQL's migrator reads too.
 /// `migrations/sqlite/` holds SQLite's own (PostgreSQL's migrator reads
-/// only the files directly under `migrations/`).
+/// only the files directly under `migrations/`), and the files named
+/// `*_postgres_*` are PostgreSQL's own, left out here.
 const MIGRATIONS: [&str; 7] = [
     include_str!("../migrations/0001_jobs_and_attempts.sql"),
     include_str!("../migrations/0002_job_completion.sql"),
