@@ -70,10 +70,23 @@ pub fn router(root: &Path) -> Result<()> {
             name: "postgres",
             select: ["--comms".to_owned(), "postgres".to_owned()],
             title: format!("PostgreSQL's processes under bench router {title}"),
-            // Every function, with what it calls: where the server's time goes
-            // (planning, executor start, constraint checks, index inserts,
-            // commit and its flush).
-            inclusive: |_| true,
+            // Every function but the process's entry, which every stack
+            // passes through, with what it calls: where the server's time
+            // goes (executor start, constraint checks, index inserts, commit
+            // and its flush).
+            inclusive: |frame| {
+                !matches!(
+                    frame,
+                    "postgres"
+                        | "[postgres]"
+                        | "_start"
+                        | "__libc_start_main_impl"
+                        | "__libc_start_call_main"
+                        | "main"
+                        | "PostmasterMain"
+                        | "PostgresMain"
+                )
+            },
         };
         report.push('\n');
         report.push_str(&server.write(&data, &dir, jobs)?);
