@@ -297,8 +297,8 @@ async fn run() {
                     )
                     .await;
                     m.cpu.add_since(cpu_before, router);
-                    if let Some(perf) = profiling {
-                        stop_profile(perf, round.count).await;
+                    if let Some(profiling) = profiling {
+                        stop_profile(profiling, round.count).await;
                     }
                     m.sample.merge(round);
                 }
@@ -437,17 +437,20 @@ async fn run() {
 /// nanoseconds of CPU), call graphs by DWARF unwinding, at 999 Hz. On
 /// PostgreSQL every CPU is sampled, so the server's processes (which the
 /// router's statements keep busy, and which start as the pool connects)
-/// are in the profile too; the router's pid goes to `<out>.pid`, for
-/// `perf script` to tell the two apart.
-fn profile(
-    router: &RouterProcess,
-    engine: Engine,
-    profiled: &mut bool,
-) -> Option<tokio::process::Child> {
+/// are in the profile too.
+struct Profiling {
+    perf: tokio::process::Child,
+    out: String,
+    router_pid: u32,
+    whole_machine: bool,
+}
+
+fn profile(router: &RouterProcess, engine: Engine, profiled: &mut bool) -> Option<Profiling> {
     let out = std::env::var("SURETY_PROFILE_OUT").ok()?;
     if std::mem::replace(profiled, true) {
         return None;
     }
+    let whole_machine = engine == Engine::Postgres;
     let mut perf = tokio::process::Command::new("perf");
     perf.args([
         "record",
@@ -458,11 +461,11 @@ fn profile(
         "--call-graph",
         "dwarf,16384",
     ]);
-    match engine {
-        Engine::Postgres => perf.arg("-a"),
-        Engine::Sqlite => perf.arg("-p").arg(router.pid.to_string()),
-    };
-    std::fs::write(format!("{out}.pid"), router.pid.to_string()).expect("the router's pid");
+    if whole_machine {
+        perf.arg("-a");
+    } else {
+        perf.arg("-p").arg(router.pid.to_string());
+    }
     let perf = perf
         .arg("-o")
         .arg(&out)
@@ -471,21 +474,33 @@ fn profile(
         .kill_on_drop(true)
         .spawn()
         .expect("perf record starts (the profile needs Linux perf)");
-    Some(perf)
+    Some(Profiling {
+        perf,
+        out,
+        router_pid: router.pid,
+        whole_machine,
+    })
 }
 
-/// Stops `perf` (SIGINT, so it writes its data out) and says how many jobs
-/// the profile covers, for the per-job figures.
-async fn stop_profile(mut perf: tokio::process::Child, jobs: u64) {
-    if let Some(pid) = perf.id() {
+/// Stops `perf` (SIGINT, so it writes its data out) and says, in
+/// `<out>.json`, what the profile covers: how many jobs (for the per-job
+/// figures), which process is the router, and whether the whole machine
+/// was sampled.
+async fn stop_profile(mut profiling: Profiling, jobs: u64) {
+    if let Some(pid) = profiling.perf.id() {
         let _ = tokio::process::Command::new("kill")
             .args(["-INT", &pid.to_string()])
             .status()
             .await;
     }
-    let _ = perf.wait().await;
-    let out = std::env::var("SURETY_PROFILE_OUT").unwrap_or_default();
-    std::fs::write(format!("{out}.jobs"), jobs.to_string()).expect("the profile's job count");
+    let _ = profiling.perf.wait().await;
+    let covers = json!({
+        "jobs": jobs,
+        "router_pid": profiling.router_pid,
+        "whole_machine": profiling.whole_machine,
+    });
+    std::fs::write(format!("{}.json", profiling.out), covers.to_string())
+        .expect("what the profile covers");
 }
 
 /// Where the shadow cells' idempotency keys start: clear of the main

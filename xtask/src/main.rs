@@ -38,10 +38,10 @@ commands:
                  and RSS; with --compare, GIT-REF's release build and the work tree's alternate
                  in each cell (ABAB) and the ratios are printed
   profile router the release router under `bench router`'s closed 64-client cell on SQLite
-                 (SURETY_BENCH_ENGINES=postgres: on PostgreSQL, its server's processes profiled too)
                  (SURETY_BENCH_ENGINES / SURETY_BENCH_CELLS / SURETY_BENCH_SECS choose another),
                  sampled by Linux perf: target/profile/router.svg (a flame graph) and the
-                 functions that take the most of a job's CPU, in µs per job
+                 functions that take the most of a job's CPU, in µs per job; on PostgreSQL
+                 the whole machine, and the server's processes the same way (postgres.svg)
   chaos          faults under load against the release `surety serve` on SQLite and PostgreSQL
                  (crash loop, database outage and full, hostile providers and clients, sustained
                  load): one table, target/chaos/report.json; exit 1 if an acknowledged job was

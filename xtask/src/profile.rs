@@ -47,25 +47,30 @@ pub fn router(root: &Path) -> Result<()> {
             ("SURETY_BENCH_CELLS", cells.as_ref()),
         ],
     )?;
-    let jobs: f64 = std::fs::read_to_string(dir.join("perf.data.jobs"))
-        .context("the benchmark did not say how many jobs the profile covers")?
-        .trim()
-        .parse()?;
-    let pid = std::fs::read_to_string(dir.join("perf.data.pid"))
-        .context("the benchmark did not say which process is the router")?;
+    // What the benchmark says the profile covers.
+    let covers: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("perf.data.json"))
+            .context("the benchmark did not say what the profile covers")?,
+    )?;
+    let (Some(jobs), Some(pid), Some(whole_machine)) = (
+        covers["jobs"].as_f64(),
+        covers["router_pid"].as_u64(),
+        covers["whole_machine"].as_bool(),
+    ) else {
+        bail!("the benchmark's account of the profile is incomplete: {covers}");
+    };
     let title = format!("({engines}, {cells}): {jobs:.0} jobs");
     let router = Profiled {
         name: "router",
-        select: ["--pid".to_owned(), pid.trim().to_owned()],
+        select: ["--pid".to_owned(), pid.to_string()],
         title: format!("surety serve under bench router {title}"),
         // surety's own functions, with what they call.
         inclusive: |frame| frame.contains("surety"),
     };
     let mut report = router.write(&data, &dir, jobs)?;
-    // On PostgreSQL the whole machine was sampled (the profiled cell is
-    // the first the benchmark runs): the server's processes too, whose CPU
-    // per job is most of a job's.
-    if engines.split(',').all(|e| e.trim().starts_with("postgres")) {
+    // On PostgreSQL the whole machine was sampled: the server's processes
+    // too, whose CPU per job is most of a job's.
+    if whole_machine {
         let server = Profiled {
             name: "postgres",
             select: ["--comms".to_owned(), "postgres".to_owned()],
@@ -144,8 +149,9 @@ impl Profiled {
 
 /// The functions that take the most CPU, by themselves (the leaf of a
 /// stack), and those `inclusive` picks with what they call (anywhere in a
-/// stack, once per stack), in µs of CPU per job of process `name`. `folded`'s counts are perf's periods
-/// of the `cpu-clock` event: nanoseconds of CPU.
+/// stack, once per stack), in µs of CPU per job of process `name`.
+/// `folded`'s counts are perf's periods of the `cpu-clock` event:
+/// nanoseconds of CPU.
 fn top(folded: &str, jobs: f64, name: &str, inclusive: fn(&str) -> bool) -> String {
     let mut own: HashMap<&str, u64> = HashMap::new();
     let mut with_callees: HashMap<&str, u64> = HashMap::new();
