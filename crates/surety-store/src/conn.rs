@@ -15,12 +15,16 @@ use sqlx::{Column, PgConnection, Row, TypeInfo, ValueRef};
 
 use crate::StoreError;
 
-/// A bound parameter.
+/// A bound parameter. The arrays are PostgreSQL's alone: they carry a
+/// column of a batch (`unnest`), which SQLite's statements never take.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Param<'a> {
     Text(&'a str),
     OptText(Option<&'a str>),
     Int(i64),
+    Texts(&'a [&'a str]),
+    OptTexts(&'a [Option<&'a str>]),
+    Ints(&'a [i64]),
 }
 
 /// A column's value.
@@ -89,6 +93,9 @@ fn pg_query<'q>(
             Param::Text(s) => query.bind(s),
             Param::OptText(s) => query.bind(s),
             Param::Int(n) => query.bind(n),
+            Param::Texts(a) => query.bind(a),
+            Param::OptTexts(a) => query.bind(a),
+            Param::Ints(a) => query.bind(a),
         };
     }
     query
@@ -146,6 +153,11 @@ impl rusqlite::ToSql for Param<'_> {
             }
             Param::OptText(None) => ToSqlOutput::Borrowed(ValueRef::Null),
             Param::Int(n) => ToSqlOutput::Owned(Value::Integer(n)),
+            Param::Texts(_) | Param::OptTexts(_) | Param::Ints(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    "SQLite takes no array parameter; batches are PostgreSQL's".into(),
+                ));
+            }
         })
     }
 }

@@ -44,6 +44,11 @@ pub enum StoreError {
         /// Why, where the database is away or full.
         outage: Option<Outage>,
     },
+    /// The database away or full, as the statement that carried several
+    /// callers' writes together met it (the same for each of them): whether
+    /// it committed is as unknown as for a statement of one's own.
+    #[error("database error: {reason}")]
+    Away { reason: String, outage: Outage },
     #[error("the store is closed")]
     Closed,
     #[error("database migration failed: {0}")]
@@ -77,6 +82,7 @@ impl StoreError {
             StoreError::Database(e) => sqlx_outage(e),
             StoreError::Sqlite(e) => sqlite_outage(e),
             StoreError::NotCommitted { outage, .. } => *outage,
+            StoreError::Away { outage, .. } => Some(*outage),
             StoreError::Closed => Some(Outage::Unavailable),
             _ => None,
         }

@@ -12,6 +12,9 @@
 //!
 //! Architecture invariant: this crate owns SQL. Nothing else writes a query.
 
+mod batch;
+#[cfg(test)]
+mod batch_pg;
 mod conn;
 mod error;
 mod model;

@@ -61,6 +61,10 @@ impl Begin {
     }
 }
 
+/// What a job's insert answers: the job (new, replayed, or a conflict) and,
+/// when it is new and asked to, its first attempt.
+pub(crate) type Started = (Created, Option<AttemptHandle>);
+
 /// Records the job, or finds the one this owner already made with this key.
 /// The unique constraint decides; the fingerprint comparison only tells a
 /// replay from a conflict. A new job may start its first attempt at once.
@@ -68,29 +72,18 @@ pub(crate) async fn create<C: Conn>(
     c: &mut C,
     sql: &Sql,
     insert: &Insert,
-) -> Result<(Created, Option<AttemptHandle>), StoreError> {
+) -> Result<Started, StoreError> {
     let new = &insert.new;
-    if let (Some(first), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt) {
+    if let (Some(_), Some(_)) = (&insert.first, &sql.insert_jobs_and_attempts) {
         // One statement where the engine can: no transaction to open.
-        let (input, messages) = job_texts(new);
-        let mut params = job_params(insert, &input, messages.as_deref());
-        let (contract, certified_at) = trust_params(first);
-        params.extend([
-            Text(&first.provider),
-            Int(first.lease),
-            contract,
-            certified_at,
-        ]);
-        if let Some(row) = c.row(statement, &params).await? {
-            let (job, attempt) = row.split_at(JOB_COLUMNS);
-            let handle = handle_from(&attempt_from(attempt)?);
-            return Ok((Created::New(job_from(job)?), Some(handle)));
-        }
-        // Nothing written: the key is taken, or the provider is demoted.
-        return match find(c, sql, new, &insert.fingerprint).await? {
-            Some(found) => Ok((found, None)),
-            None => Err(first.refused("the key's job vanished")),
-        };
+        return create_many(c, sql, std::slice::from_ref(insert))
+            .await?
+            .pop()
+            .unwrap_or_else(|| {
+                Err(StoreError::Corrupt(
+                    "a batch of one answered none".to_owned(),
+                ))
+            });
     }
     let state = match insert.first {
         Some(_) => JobState::Running,
@@ -132,12 +125,115 @@ pub(crate) async fn create<C: Conn>(
     replay_or_conflict(c, sql, insert).await
 }
 
+/// Records new jobs, each starting its first attempt, in one statement
+/// (`Sql::insert_jobs_and_attempts`, PostgreSQL): an answer per insert, in
+/// their order, as [`create`] gives it. `Err` when the statement failed, which
+/// wrote nothing. Every insert must carry its first attempt.
+pub(crate) async fn create_many<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    inserts: &[Insert],
+) -> Result<Vec<Result<Started, StoreError>>, StoreError> {
+    let statement = sql
+        .insert_jobs_and_attempts
+        .as_deref()
+        .ok_or_else(|| StoreError::Corrupt("this engine inserts no batch of jobs".to_owned()))?;
+    let mut firsts = Vec::with_capacity(inserts.len());
+    for insert in inserts {
+        firsts.push(insert.first.as_ref().ok_or_else(|| {
+            StoreError::Corrupt("a batch of new jobs without their first attempt".to_owned())
+        })?);
+    }
+    // In key order: two batches that share keys take them in one order.
+    let mut order: Vec<usize> = (0..inserts.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (a, b) = (&inserts[a].new, &inserts[b].new);
+        (&a.owner.0, a.key.as_str()).cmp(&(&b.owner.0, b.key.as_str()))
+    });
+    let texts: Vec<(String, Option<String>)> =
+        order.iter().map(|&i| job_texts(&inserts[i].new)).collect();
+    let column = |f: &dyn Fn(&Insert) -> &str| -> Vec<&str> {
+        order.iter().map(|&i| f(&inserts[i])).collect()
+    };
+    let (ids, owners, keys, routes) = (
+        column(&|i| &i.id.0),
+        column(&|i| &i.new.owner.0),
+        column(&|i| i.new.key.as_str()),
+        column(&|i| &i.new.route),
+    );
+    let (contracts, digests, fingerprints, kinds) = (
+        column(&|i| &i.new.contract),
+        column(&|i| &i.new.contract_digest),
+        column(&|i| i.fingerprint.as_str()),
+        column(&|i| i.new.kind.as_str()),
+    );
+    let inputs: Vec<&str> = texts.iter().map(|(input, _)| input.as_str()).collect();
+    let messages: Vec<Option<&str>> = texts.iter().map(|(_, m)| m.as_deref()).collect();
+    let hedgeable: Vec<i64> = order
+        .iter()
+        .map(|&i| i64::from(inserts[i].new.hedgeable))
+        .collect();
+    let providers: Vec<&str> = order.iter().map(|&i| firsts[i].provider.as_str()).collect();
+    let leases: Vec<i64> = order.iter().map(|&i| firsts[i].lease).collect();
+    let trusted: Vec<Option<&str>> = order
+        .iter()
+        .map(|&i| firsts[i].trust.as_ref().map(|t| t.contract.as_str()))
+        .collect();
+    let certified: Vec<i64> = order
+        .iter()
+        .map(|&i| firsts[i].trust.as_ref().map_or(0, |t| t.certified_at_ms))
+        .collect();
+    let params = [
+        Param::Texts(&ids),
+        Param::Texts(&owners),
+        Param::Texts(&keys),
+        Param::Texts(&routes),
+        Param::Texts(&contracts),
+        Param::Texts(&digests),
+        Param::Texts(&inputs),
+        Param::Texts(&fingerprints),
+        Param::Ints(&hedgeable),
+        Param::Texts(&kinds),
+        Param::OptTexts(&messages),
+        Param::Texts(&providers),
+        Param::Ints(&leases),
+        Param::OptTexts(&trusted),
+        Param::Ints(&certified),
+    ];
+    let rows = c.rows(statement, &params).await?;
+    let mut answers: Vec<Option<Result<Started, StoreError>>> =
+        inserts.iter().map(|_| None).collect();
+    for row in &rows {
+        let (job, attempt) = row.split_at(JOB_COLUMNS.min(row.len()));
+        let job = job_from(job)?;
+        let handle = handle_from(&attempt_from(attempt)?);
+        let at = inserts.iter().position(|i| i.id == job.id).ok_or_else(|| {
+            StoreError::Corrupt(format!("a batch inserted job {} it did not hold", job.id))
+        })?;
+        answers[at] = Some(Ok((Created::New(job), Some(handle))));
+    }
+    // Nothing written for the rest: the key is taken (by another caller, or
+    // earlier in this batch), or the provider is demoted.
+    let mut out = Vec::with_capacity(inserts.len());
+    for ((answer, insert), first) in answers.into_iter().zip(inserts).zip(&firsts) {
+        out.push(match answer {
+            Some(answer) => answer,
+            None => match find(c, sql, &insert.new, &insert.fingerprint).await {
+                Ok(Some(found)) => Ok((found, None)),
+                Ok(None) => Err(first.refused("the key's job vanished")),
+                Err(e) => Err(e),
+            },
+        });
+    }
+    Ok(out)
+}
+
 /// The job the key already names: a replay when the intent is the same.
 async fn replay_or_conflict<C: Conn>(
     c: &mut C,
     sql: &Sql,
     insert: &Insert,
-) -> Result<(Created, Option<AttemptHandle>), StoreError> {
+) -> Result<Started, StoreError> {
     let found = find(c, sql, &insert.new, &insert.fingerprint)
         .await?
         .ok_or_else(|| StoreError::Corrupt("the key's job vanished".to_owned()))?;
@@ -417,25 +513,90 @@ async fn attempts_of<C: Conn>(
         .collect()
 }
 
+/// What the compare-and-swap in one statement gives an attempt: when it
+/// won, the job and, when the statement could tell them exactly, its
+/// attempts as the win left them; `None` when it did not win (and nothing
+/// changed), for [`complete`] to record the loss.
+pub(crate) type AtOnce = Option<(Job, Option<Vec<Attempt>>)>;
+
 /// The compare-and-swap in one statement, where the engine has it
-/// (`Sql::complete_and_close`): when the attempt won, the job and, when the
-/// statement could tell them exactly, its attempts as the win left them;
-/// `None` when it did not win (and nothing changed), for [`complete`] to
-/// record the loss.
+/// (`Sql::complete_and_close`). `None` where it has not.
 pub(crate) async fn complete_at_once<C: Conn>(
     c: &mut C,
     sql: &Sql,
     handle: &AttemptHandle,
     answer: &Answer,
-) -> Result<Option<(Job, Option<Vec<Attempt>>)>, StoreError> {
-    let Some(statement) = &sql.complete_and_close else {
+) -> Result<AtOnce, StoreError> {
+    if sql.complete_and_close.is_none() {
         return Ok(None);
-    };
-    let (result, completion) = answer_texts(answer);
-    let params = cas_params(handle, &result, completion.as_deref());
-    let rows = c.rows(statement, &params).await?;
-    // The attempt closed here is among them whenever they came.
-    Ok(job_rows(&rows)?.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts))))
+    }
+    let one = [(handle.clone(), answer.clone())];
+    Ok(complete_many(c, sql, &one).await?.pop().flatten())
+}
+
+/// [`complete_at_once`] for several attempts, an answer each in their order.
+/// One statement takes at most one attempt per job: the guards of two would
+/// both be read before either closed, so a second attempt of a job waits
+/// for a statement after the first's. `Err` when a statement failed.
+pub(crate) async fn complete_many<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    items: &[(AttemptHandle, Answer)],
+) -> Result<Vec<AtOnce>, StoreError> {
+    let statement = sql.complete_and_close.as_deref().ok_or_else(|| {
+        StoreError::Corrupt("this engine has no compare-and-swap batch".to_owned())
+    })?;
+    let mut answers: Vec<AtOnce> = items.iter().map(|_| None).collect();
+    let mut left: Vec<usize> = (0..items.len()).collect();
+    while !left.is_empty() {
+        // This round: the first item of each job still left.
+        let mut round: Vec<usize> = Vec::with_capacity(left.len());
+        let mut later = Vec::new();
+        for i in left {
+            match round
+                .iter()
+                .any(|&r| items[r].0.job_id == items[i].0.job_id)
+            {
+                true => later.push(i),
+                false => round.push(i),
+            }
+        }
+        let texts: Vec<(String, Option<String>)> =
+            round.iter().map(|&i| answer_texts(&items[i].1)).collect();
+        let ids: Vec<&str> = round
+            .iter()
+            .map(|&i| items[i].0.job_id.0.as_str())
+            .collect();
+        let versions: Vec<i64> = round.iter().map(|&i| items[i].0.base_version).collect();
+        let ordinals: Vec<i64> = round.iter().map(|&i| items[i].0.ordinal).collect();
+        let results: Vec<&str> = texts.iter().map(|(r, _)| r.as_str()).collect();
+        let completions: Vec<Option<&str>> = texts.iter().map(|(_, c)| c.as_deref()).collect();
+        let params = [
+            Param::Texts(&ids),
+            Param::Ints(&versions),
+            Param::Texts(&results),
+            Param::Ints(&ordinals),
+            Param::OptTexts(&completions),
+        ];
+        let rows = c.rows(statement, &params).await?;
+        // A job's rows come together (ordered by its id).
+        for rows in rows.chunk_by(|a, b| a.first() == b.first()) {
+            let Some((job, attempts)) = job_rows(rows)? else {
+                continue;
+            };
+            let at = round
+                .iter()
+                .copied()
+                .find(|&i| items[i].0.job_id == job.id)
+                .ok_or_else(|| {
+                    StoreError::Corrupt(format!("a batch completed job {} it did not hold", job.id))
+                })?;
+            // The attempt closed here is among them whenever they came.
+            answers[at] = Some((job, (!attempts.is_empty()).then_some(attempts)));
+        }
+        left = later;
+    }
+    Ok(answers)
 }
 
 /// An answer's result and completion as JSON text.

@@ -18,9 +18,10 @@ use crate::Backend;
 #[derive(Debug)]
 pub struct Sql {
     pub insert_job: Returning,
-    /// A new job with its first attempt in one statement (a job columns'
-    /// row, then an attempt columns' row), where the engine can: PostgreSQL.
-    pub insert_job_and_attempt: Option<String>,
+    /// New jobs, each with its first attempt, in one statement, where the
+    /// engine can (PostgreSQL): a row per job inserted, its columns then its
+    /// attempt's. Each of the parameters is an array, an item per job.
+    pub insert_jobs_and_attempts: Option<String>,
     pub select_job_by_key: String,
     pub select_job: String,
     pub lock_job: String,
@@ -42,8 +43,10 @@ pub struct Sql {
     /// see the module's doc). SQLite's one writer reads every guard as the
     /// last commit left it, so it reads the winner only after a loss.
     pub lock_before_swap: bool,
-    /// The compare-and-swap and the winner's close in one statement, where
-    /// the engine can (PostgreSQL); no row when the attempt did not win.
+    /// The compare-and-swap and the winner's close in one statement, for a
+    /// batch of attempts of distinct jobs (arrays: job ids, base versions,
+    /// results, ordinals, completions), where the engine can (PostgreSQL):
+    /// rows for each attempt that won, none for one that did not.
     pub complete_and_close: Option<String>,
     pub close_attempt: String,
     pub mark_unknown: String,
@@ -210,21 +213,40 @@ impl Sql {
             ),
             // Data-modifying CTEs: PostgreSQL only. The attempt's foreign key
             // is checked at the end of the statement, when the job exists.
-            insert_job_and_attempt: (backend == Backend::Postgres).then(|| {
+            // A batch's jobs come as arrays, a column each (`unnest`), and
+            // are inserted in their order: callers sort them by key, so two
+            // batches that share keys take them in one order and never wait
+            // on each other in a cycle. A key twice in one batch, or already
+            // taken, inserts nothing (ON CONFLICT); nor does a job whose
+            // provider has an open demotion newer than its certification.
+            insert_jobs_and_attempts: (backend == Backend::Postgres).then(|| {
                 fill(
-                    "WITH job AS ( \
+                    "WITH input AS ( \
+                         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+                             $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], \
+                             $11::text[], $12::text[], $13::int8[], $14::text[], $15::int8[]) \
+                             WITH ORDINALITY AS i(id, owner_id, idempotency_key, route, contract, \
+                                 contract_digest, input, fingerprint, hedgeable, kind, messages, \
+                                 provider, lease, trusted_contract, certified_at_ms, n)), \
+                     job AS ( \
                          INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
                              contract_digest, input, fingerprint, hedgeable, kind, messages, state, \
                              version, created_at_ms, updated_at_ms) \
-                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', 0, {now}, {now} \
-                         WHERE NOT EXISTS ({demoted_12_14_15}) \
+                         SELECT id, owner_id, idempotency_key, route, contract, contract_digest, \
+                             input, fingerprint, hedgeable, kind, messages, 'running', 0, {now}, {now} \
+                         FROM input i \
+                         WHERE NOT EXISTS (SELECT 1 FROM demotions d WHERE d.provider = i.provider \
+                             AND d.contract = i.trusted_contract AND d.lifted_at_ms IS NULL \
+                             AND d.demoted_at_ms >= i.certified_at_ms) \
+                         ORDER BY n \
                          ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
                          RETURNING {job_columns}), \
                      attempt AS ( \
                          INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
                              base_version, started_at_ms, lease_expires_at_ms) \
-                         SELECT id, 1, 0, hedgeable, $12, 'started', version, {now}, {now} + $13 \
-                         FROM job \
+                         SELECT job.id, 1, 0, job.hedgeable, i.provider, 'started', job.version, \
+                             {now}, {now} + i.lease \
+                         FROM job JOIN input i ON i.id = job.id \
                          RETURNING {attempt_columns}) \
                      SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",
                 )
@@ -305,12 +327,16 @@ impl Sql {
                 "FROM jobs WHERE id = $1",
             ),
             lock_before_swap: backend == Backend::Postgres,
-            // The job's row is locked first (`locked`, which reads its latest
-            // version), then the attempt is closed only if still open (an
-            // UPDATE rechecks its own row's latest version), then the job
-            // takes the result only if the attempt was closed. Every guard is
+            // Each job's row is locked first (`locked`, which reads its
+            // latest version), then its attempt is closed only if still open
+            // (an UPDATE rechecks its own row's latest version), then the job
+            // takes the result only if its attempt was closed. Every guard is
             // read after the lock, so a cancel that committed while this
-            // waited is seen.
+            // waited is seen. A batch's items come as arrays (`unnest`), at
+            // most one per job (the caller's rule: two attempts of one job
+            // would both pass the guards read before either closed); their
+            // jobs are locked in the order of their ids, so two batches never
+            // wait on each other in a cycle.
             //
             // A win comes back as the job after it (`done`) beside each of
             // its attempts: the one closed here, and the others as this
@@ -324,27 +350,37 @@ impl Sql {
             // attempt columns, and the waiter reads.
             complete_and_close: (backend == Backend::Postgres).then(|| {
                 fill(
-                    "WITH seen AS (SELECT xmin AS row_version FROM jobs WHERE id = $1), \
+                    "WITH input AS ( \
+                         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[]) \
+                             AS i(job_id, base_version, result, ordinal, completion)), \
+                     seen AS (SELECT id, xmin AS row_version FROM jobs \
+                         WHERE id IN (SELECT job_id FROM input)), \
                      locked AS ( \
-                         SELECT xmin AS row_version, version, completed_by FROM jobs \
-                         WHERE id = $1 FOR UPDATE), \
+                         SELECT id, xmin AS row_version, version, completed_by FROM jobs \
+                         WHERE id IN (SELECT job_id FROM input) ORDER BY id FOR UPDATE), \
                      closed AS ( \
-                         UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
-                         WHERE job_id = $1 AND ordinal = $4 AND state IN {open} \
-                         AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
-                         RETURNING {attempt_columns}), \
+                         UPDATE attempts a SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
+                         FROM input i JOIN locked l ON l.id = i.job_id \
+                         WHERE a.job_id = i.job_id AND a.ordinal = i.ordinal AND a.state IN {open} \
+                           AND l.version = i.base_version AND l.completed_by IS NULL \
+                         RETURNING {a.attempt_columns}), \
                      done AS ( \
-                         UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
-                             completion = $5, version = version + 1, updated_at_ms = {now} \
-                         WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
-                         RETURNING {job_columns}), \
+                         UPDATE jobs j SET state = 'succeeded', result = i.result, \
+                             completed_by = i.ordinal, completion = i.completion, \
+                             version = j.version + 1, updated_at_ms = {now} \
+                         FROM input i JOIN closed c ON c.job_id = i.job_id \
+                         WHERE j.id = i.job_id \
+                         RETURNING {j.job_columns}), \
                      attempt AS ( \
                          SELECT * FROM closed \
                          UNION ALL \
-                         SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal <> $4) \
+                         SELECT {a.attempt_columns} FROM attempts a \
+                             JOIN input i ON a.job_id = i.job_id AND a.ordinal <> i.ordinal) \
                      SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
-                         ON EXISTS (SELECT 1 FROM seen JOIN locked USING (row_version)) \
-                     ORDER BY attempt.ordinal",
+                         ON attempt.job_id = done.id \
+                         AND EXISTS (SELECT 1 FROM seen JOIN locked USING (id, row_version) \
+                             WHERE seen.id = done.id) \
+                     ORDER BY done.id, attempt.ordinal",
                 )
             }),
             close_attempt: fill(

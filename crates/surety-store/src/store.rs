@@ -10,14 +10,16 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgPool};
 use surety_core::{Intent, JobState};
 
+use crate::batch::{self, Batcher};
 use crate::conn::ready;
-use crate::ops::{self, Insert};
+use crate::ops::{self, Insert, Started};
 use crate::sql::Sql;
 use crate::sqlite::{Checkpoints, Sqlite};
 use crate::trust;
 use crate::{
-    Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, Lift, LiveOutcome,
-    LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt, StoreError,
+    Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, Lift,
+    LiveOutcome, LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt,
+    StoreError,
 };
 
 /// The database engine behind a store.
@@ -114,14 +116,106 @@ const REAP_BATCH: i64 = 500;
 #[derive(Debug, Clone)]
 enum Engine {
     Sqlite(Arc<Sqlite>),
-    Postgres(PgPool),
+    Postgres(Arc<Pg>),
+}
+
+/// PostgreSQL: the pool, and the batchers of the two statements every job
+/// makes (`batch.rs`).
+#[derive(Debug)]
+struct Pg {
+    pool: PgPool,
+    creates: Batcher<Insert, Started>,
+    completes: Batcher<(AttemptHandle, Answer), ops::AtOnce>,
+}
+
+/// The most jobs one batched statement takes.
+const BATCH_MOST: usize = 64;
+/// How many batched statements of each kind run at once.
+const BATCH_IN_FLIGHT: usize = 2;
+
+impl Pg {
+    fn new(pool: PgPool, sql: &Arc<Sql>) -> Pg {
+        let (on, with) = (pool.clone(), sql.clone());
+        let creates = Batcher::start(BATCH_MOST, BATCH_IN_FLIGHT, move |inserts| {
+            create_batch(on.clone(), with.clone(), inserts)
+        });
+        let (on, with) = (pool.clone(), sql.clone());
+        let completes = Batcher::start(BATCH_MOST, BATCH_IN_FLIGHT, move |items| {
+            complete_batch(on.clone(), with.clone(), items)
+        });
+        Pg {
+            pool,
+            creates,
+            completes,
+        }
+    }
+}
+
+/// A job's insert with its first attempt, logged when it made both.
+fn started(out: Started) -> Started {
+    if let (Created::New(job), Some(handle)) = &out {
+        tracing::info!(job_id = %job.id, attempt = handle.ordinal, provider = %handle.provider, "attempt started");
+    }
+    out
+}
+
+/// New jobs with their first attempts, in one statement; each alone when
+/// that statement failed on what may be one job's fault.
+pub(crate) async fn create_batch(
+    pool: PgPool,
+    sql: Arc<Sql>,
+    inserts: Vec<Insert>,
+) -> Vec<Result<Started, StoreError>> {
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(e) => return batch::none_ran(&e.into(), inserts.len()),
+    };
+    let failed = match ops::create_many(&mut *conn, &sql, &inserts).await {
+        Ok(answers) => return answers,
+        Err(e) => e,
+    };
+    if let Some(each) = batch::shared_failure(&failed, inserts.len()) {
+        return each;
+    }
+    tracing::warn!(error = %failed, jobs = inserts.len(), "a batch of new jobs failed; each is inserted alone");
+    let mut answers = Vec::with_capacity(inserts.len());
+    for insert in &inserts {
+        answers.push(ops::create(&mut *conn, &sql, insert).await);
+    }
+    answers
+}
+
+/// Compare-and-swaps of attempts, in one statement; each alone when that
+/// statement failed on what may be one attempt's fault.
+async fn complete_batch(
+    pool: PgPool,
+    sql: Arc<Sql>,
+    items: Vec<(AttemptHandle, Answer)>,
+) -> Vec<Result<ops::AtOnce, StoreError>> {
+    let mut conn = match pool.acquire().await {
+        Ok(conn) => conn,
+        Err(e) => return batch::none_ran(&e.into(), items.len()),
+    };
+    let failed = match ops::complete_many(&mut *conn, &sql, &items).await {
+        Ok(answers) => return answers.into_iter().map(Ok).collect(),
+        Err(e) => e,
+    };
+    if let Some(each) = batch::shared_failure(&failed, items.len()) {
+        return each;
+    }
+    tracing::warn!(error = %failed, attempts = items.len(), "a batch of results failed; each is swapped alone");
+    let mut answers = Vec::with_capacity(items.len());
+    for (handle, answer) in &items {
+        answers.push(ops::complete_at_once(&mut *conn, &sql, handle, answer).await);
+    }
+    answers
 }
 
 /// A handle on the database; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
     engine: Engine,
-    sql: Arc<Sql>,
+    pub(crate) sql: Arc<Sql>,
 }
 
 /// Runs an operation of `ops` on the store's engine. `write` runs it in a
@@ -136,7 +230,10 @@ macro_rules! on_engine {
         let store = $store;
         match &store.engine {
             Engine::Sqlite(lite) => on_engine!(@sqlite $kind, store, lite, |$c, $sql| $body),
-            Engine::Postgres(pool) => on_engine!(@postgres $kind, store, pool, |$c, $sql| $body),
+            Engine::Postgres(pg) => {
+                let pool = &pg.pool;
+                on_engine!(@postgres $kind, store, pool, |$c, $sql| $body)
+            }
         }
     }};
     (@sqlite read, $store:ident, $lite:ident, |$c:ident, $sql:ident| $body:expr) => {{
@@ -218,7 +315,12 @@ impl Store {
                     .connect(&options.url)
                     .await?;
                 sqlx::migrate!("./migrations").run(&pool).await?;
-                (Engine::Postgres(pool), Backend::Postgres)
+                let sql = Arc::new(Sql::new(Backend::Postgres));
+                let pg = Pg::new(pool, &sql);
+                return Ok(Store {
+                    engine: Engine::Postgres(Arc::new(pg)),
+                    sql,
+                });
             }
             other => return Err(StoreError::UnsupportedUrl(other.to_owned())),
         };
@@ -239,7 +341,7 @@ impl Store {
     pub async fn close(&self) {
         match &self.engine {
             Engine::Sqlite(lite) => lite.close().await,
-            Engine::Postgres(pool) => pool.close().await,
+            Engine::Postgres(pg) => pg.pool.close().await,
         }
     }
 
@@ -268,13 +370,18 @@ impl Store {
             });
         }
         let insert = self.insert(new, Some(begin(start)?))?;
-        // PostgreSQL makes both in one statement (`insert_job_and_attempt`),
-        // so it needs no transaction of its own.
+        // PostgreSQL makes both in one statement (`insert_jobs_and_attempts`),
+        // so it needs no transaction of its own, and shares it with every
+        // other job waiting for it.
+        let insert = match &self.engine {
+            Engine::Postgres(pg) => match pg.creates.submit(insert) {
+                Ok(answer) => return Ok(started(batch::answer(answer).await?)),
+                Err(insert) => insert,
+            },
+            Engine::Sqlite(_) => insert,
+        };
         let out = on_engine!(self, single, |c, sql| ops::create(c, sql, &insert))?;
-        if let (Created::New(job), Some(handle)) = &out {
-            tracing::info!(job_id = %job.id, attempt = handle.ordinal, provider = %handle.provider, "attempt started");
-        }
-        Ok(out)
+        Ok(started(out))
     }
 
     /// The job this owner's key already names, if any: `Replayed` when the
@@ -378,9 +485,15 @@ impl Store {
                 // One statement, no transaction, where the engine can; the
                 // loss (rare, and several statements) in a transaction.
                 let at_once = match &self.engine {
-                    Engine::Postgres(pool) => {
-                        let mut conn = pool.acquire().await?;
-                        ops::complete_at_once(&mut *conn, &self.sql, &owned, &result).await?
+                    Engine::Postgres(pg) => {
+                        match pg.completes.submit((owned.clone(), result.clone())) {
+                            Ok(answer) => batch::answer(answer).await?,
+                            Err((handle, answer)) => {
+                                let mut conn = pg.pool.acquire().await?;
+                                ops::complete_at_once(&mut *conn, &self.sql, &handle, &answer)
+                                    .await?
+                            }
+                        }
                     }
                     Engine::Sqlite(_) => None,
                 };

@@ -229,6 +229,7 @@ impl From<surety_store::StoreError> for ApiError {
             | E::Database(_)
             | E::Sqlite(_)
             | E::NotCommitted { .. }
+            | E::Away { .. }
             | E::Closed
             | E::Migrate(_)
             | E::Corrupt(_) => ApiError::internal(error),

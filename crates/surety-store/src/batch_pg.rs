@@ -1,0 +1,388 @@
+//! The batched statements on a real PostgreSQL (`SURETY_TEST_DATABASE_URL`,
+//! by default the machine's): each test on a schema of its own. Skipped,
+//! and said so, where no PostgreSQL answers, unless `CI` is set.
+
+use serde_json::json;
+use sqlx::{Executor, PgPool};
+use surety_core::{AttemptState, IdempotencyKey, JobState};
+
+use crate::ops::{self, Begin, Insert};
+use crate::store::Store;
+use crate::{
+    Answer, AttemptHandle, Created, JobId, JobKind, NewJob, Outcome, OwnerId, Slot, StartAttempt,
+    StoreError, Trust,
+};
+
+/// A store on a fresh schema, its pool, and the schema's name.
+async fn postgres() -> Option<(Store, PgPool, String)> {
+    let base = std::env::var("SURETY_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let admin = match PgPool::connect(&base).await {
+        Ok(admin) => admin,
+        Err(e) if std::env::var_os("CI").is_some() => {
+            panic!("PostgreSQL at {base} is unreachable and CI is set: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: a PostgreSQL batch test: {base} is unreachable ({e})");
+            return None;
+        }
+    };
+    let schema = format!("surety_b_{}", uuid::Uuid::now_v7().simple());
+    admin
+        .execute(format!("CREATE SCHEMA {schema}").as_str())
+        .await
+        .unwrap();
+    admin.close().await;
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options[search_path]={schema}");
+    let store = Store::open(&url).await.unwrap();
+    let pool = PgPool::connect(&url).await.unwrap();
+    Some((store, pool, schema))
+}
+
+async fn drop_schema(pool: PgPool, schema: &str) {
+    pool.execute(format!("DROP SCHEMA {schema} CASCADE").as_str())
+        .await
+        .unwrap();
+    pool.close().await;
+}
+
+fn new_job(owner: &str, key: &str, input: serde_json::Value) -> NewJob {
+    NewJob {
+        owner: OwnerId(owner.to_owned()),
+        key: IdempotencyKey::parse(key).unwrap(),
+        route: "summarize".to_owned(),
+        contract: "summary".to_owned(),
+        contract_digest: "sha256:c".to_owned(),
+        input,
+        kind: JobKind::Native,
+        messages: None,
+        hedgeable: true,
+        fingerprint: None,
+    }
+}
+
+/// An insert with its first attempt at `provider`, trusting a
+/// certification made at `certified_at_ms`.
+fn insert(new: NewJob, provider: &str, certified_at_ms: i64) -> Insert {
+    let fingerprint = surety_core::Intent {
+        route: &new.route,
+        input: &new.input,
+    }
+    .fingerprint()
+    .unwrap();
+    Insert {
+        id: JobId(uuid::Uuid::now_v7().to_string()),
+        new,
+        fingerprint,
+        first: Some(Begin {
+            slot: Slot::Primary,
+            provider: provider.to_owned(),
+            lease: 60_000,
+            trust: Some(Trust {
+                contract: "summary".to_owned(),
+                certified_at_ms,
+            }),
+        }),
+        room: None,
+    }
+}
+
+async fn jobs(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_statement_answers_each_job_of_a_batch_as_if_it_came_alone() {
+    let Some((store, pool, schema)) = postgres().await else {
+        return;
+    };
+    assert!(store.demote("demoted", "summary", "a test").await.unwrap());
+    let mut conn = pool.acquire().await.unwrap();
+    let batch = [
+        insert(new_job("acme", "k-b", json!({"n": 1})), "p", 0),
+        // The same key twice in one batch, the same intent: one job.
+        insert(new_job("acme", "k-a", json!({"n": 2})), "p", 0),
+        insert(new_job("acme", "k-a", json!({"n": 2})), "p", 0),
+        // The same key with another intent: a conflict.
+        insert(new_job("acme", "k-b", json!({"n": 3})), "p", 0),
+        // Another owner's key of the same name: a job of its own.
+        insert(new_job("other", "k-a", json!({"n": 2})), "p", 0),
+        // A provider demoted after its certification: refused, nothing written.
+        insert(new_job("acme", "k-c", json!({"n": 4})), "demoted", 0),
+    ];
+    let answers = ops::create_many(&mut *conn, &store.sql, &batch)
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), batch.len());
+    let new = |i: usize| match &answers[i] {
+        Ok((Created::New(job), Some(handle))) => (job.clone(), handle.clone()),
+        other => panic!("item {i}: expected a new job with its attempt, got {other:?}"),
+    };
+    let (b, b_first) = new(0);
+    assert_eq!(
+        (b.key.as_str(), b.state, b.version),
+        ("k-b", JobState::Running, 0)
+    );
+    assert_eq!((b_first.ordinal, b_first.provider.as_str()), (1, "p"));
+    // Each answer is its own item's, whatever order the statement took.
+    assert_eq!(b.id, batch[0].id);
+    let (a, _) = new(1);
+    assert_eq!(a.id, batch[1].id);
+    match &answers[2] {
+        Ok((Created::Replayed(job), None)) => assert_eq!(job.id, a.id),
+        other => panic!("the key's second item is its replay, got {other:?}"),
+    }
+    assert!(matches!(answers[3], Ok((Created::Conflict, None))));
+    let (other, _) = new(4);
+    assert_eq!(other.owner.0, "other");
+    assert!(matches!(
+        &answers[5],
+        Err(StoreError::Demoted { provider, .. }) if provider == "demoted"
+    ));
+    assert_eq!(jobs(&pool).await, 3);
+    let attempts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 3);
+    drop(conn);
+    store.close().await;
+    drop_schema(pool, &schema).await;
+}
+
+#[tokio::test]
+async fn a_row_the_schema_refuses_fails_its_batch_whole_and_then_only_itself() {
+    let Some((store, pool, schema)) = postgres().await else {
+        return;
+    };
+    let mut batch = vec![
+        insert(new_job("acme", "k-1", json!({"n": 1})), "p", 0),
+        insert(new_job("acme", "k-2", json!({"n": 2})), "p", 0),
+    ];
+    // Past every check in Rust: the domain of the owner's name refuses it.
+    batch[1].new.owner = OwnerId(String::new());
+    let mut conn = pool.acquire().await.unwrap();
+    let failed = ops::create_many(&mut *conn, &store.sql, &batch).await;
+    assert!(matches!(failed, Err(StoreError::Database(_))), "{failed:?}");
+    assert_eq!(jobs(&pool).await, 0, "a failed batch writes nothing");
+    drop(conn);
+    // The batch's runner then inserts each alone: the good one lands.
+    let answers = crate::store::create_batch(pool.clone(), store.sql.clone(), batch).await;
+    assert!(
+        matches!(answers[0], Ok((Created::New(_), Some(_)))),
+        "{:?}",
+        answers[0]
+    );
+    assert!(
+        matches!(answers[1], Err(StoreError::Database(_))),
+        "{:?}",
+        answers[1]
+    );
+    assert_eq!(jobs(&pool).await, 1);
+    store.close().await;
+    drop_schema(pool, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_that_share_keys_in_opposite_orders_never_deadlock() {
+    let Some((store, pool, schema)) = postgres().await else {
+        return;
+    };
+    for round in 0..4 {
+        let keys: Vec<String> = (0..40).map(|i| format!("r{round}-k{i:02}")).collect();
+        let batch = |keys: &mut dyn Iterator<Item = &String>| -> Vec<Insert> {
+            keys.map(|k| insert(new_job("acme", k, json!({"k": k})), "p", 0))
+                .collect()
+        };
+        let (forward, backward) = (batch(&mut keys.iter()), batch(&mut keys.iter().rev()));
+        let (sql_a, sql_b) = (store.sql.clone(), store.sql.clone());
+        // Both connections open before either statement is sent.
+        let (mut conn_a, mut conn_b) =
+            (pool.acquire().await.unwrap(), pool.acquire().await.unwrap());
+        let a = tokio::spawn(async move { ops::create_many(&mut *conn_a, &sql_a, &forward).await });
+        let b =
+            tokio::spawn(async move { ops::create_many(&mut *conn_b, &sql_b, &backward).await });
+        let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+        // Every key: one job, made by exactly one of the two batches, and
+        // the other batch's item is its replay.
+        let made = a
+            .iter()
+            .chain(&b)
+            .filter(|x| matches!(x, Ok((Created::New(_), _))))
+            .count();
+        let replayed = a
+            .iter()
+            .chain(&b)
+            .filter(|x| matches!(x, Ok((Created::Replayed(_), None))))
+            .count();
+        assert_eq!((made, replayed), (40, 40));
+    }
+    assert_eq!(jobs(&pool).await, 160);
+    store.close().await;
+    drop_schema(pool, &schema).await;
+}
+
+/// A new job, started at `p`, through the store.
+async fn started(store: &Store, key: &str) -> AttemptHandle {
+    let start = StartAttempt {
+        provider: "p".to_owned(),
+        slot: Slot::Primary,
+        lease: std::time::Duration::from_secs(60),
+        trust: None,
+    };
+    match store
+        .create_and_start(&new_job("acme", key, json!({"key": key})), &start)
+        .await
+        .unwrap()
+    {
+        (Created::New(_), Some(handle)) => handle,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn answer(n: i64) -> Answer {
+    Answer {
+        result: json!({"n": n}),
+        completion: None,
+    }
+}
+
+#[tokio::test]
+async fn one_statement_swaps_each_result_as_if_it_came_alone() {
+    let Some((store, pool, schema)) = postgres().await else {
+        return;
+    };
+    let a = started(&store, "a").await;
+    let b = started(&store, "b").await;
+    let c = started(&store, "c").await;
+    // The hedge of `a`: two attempts of one job in one batch, of which the
+    // first listed must win and the second lose.
+    let hedge = store
+        .start_attempt(
+            &OwnerId("acme".to_owned()),
+            &a.job_id,
+            &StartAttempt {
+                provider: "q".to_owned(),
+                slot: Slot::Hedge,
+                lease: std::time::Duration::from_secs(60),
+                trust: None,
+            },
+        )
+        .await
+        .unwrap();
+    // `c` is cancelled first: its result must not win.
+    store
+        .cancel_attempt(&OwnerId("acme".to_owned()), &c.job_id, c.ordinal, "a test")
+        .await
+        .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let items = [
+        (b.clone(), answer(2)),
+        (a.clone(), answer(1)),
+        (hedge.clone(), answer(10)),
+        (c.clone(), answer(3)),
+    ];
+    let answers = ops::complete_many(&mut *conn, &store.sql, &items)
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 4);
+    let won = |i: usize| {
+        answers[i]
+            .clone()
+            .unwrap_or_else(|| panic!("item {i} did not win"))
+    };
+    let (job_b, attempts_b) = won(0);
+    assert_eq!(
+        (job_b.id.clone(), job_b.result.clone()),
+        (b.job_id.clone(), Some(json!({"n": 2})))
+    );
+    let attempts_b =
+        attempts_b.expect("nothing changed the job meanwhile: its attempts come with it");
+    assert_eq!(attempts_b.len(), 1);
+    assert_eq!(attempts_b[0].state, AttemptState::Succeeded);
+    let (job_a, attempts_a) = won(1);
+    assert_eq!((job_a.completed_by, job_a.version), (Some(a.ordinal), 1));
+    let states: Vec<_> = attempts_a.unwrap().iter().map(|x| x.state).collect();
+    assert_eq!(states, [AttemptState::Succeeded, AttemptState::Started]);
+    assert!(
+        answers[2].is_none(),
+        "the hedge came second: it did not win"
+    );
+    assert!(answers[3].is_none(), "a cancelled attempt does not win");
+    drop(conn);
+    // The losers go the way of a loss alone: recorded, the job unchanged.
+    let lost = store
+        .finish_attempt(&hedge, Outcome::Succeeded(answer(10)))
+        .await
+        .unwrap();
+    assert!(matches!(lost, crate::Finish::Lost { winner: Some(n) } if n == a.ordinal));
+    let job_a = store
+        .job(&OwnerId("acme".to_owned()), &a.job_id)
+        .await
+        .unwrap();
+    assert_eq!(job_a.result, Some(json!({"n": 1})));
+    store.close().await;
+    drop_schema(pool, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_that_swap_the_same_jobs_in_opposite_orders_never_deadlock_and_each_wins_once() {
+    let Some((store, pool, schema)) = postgres().await else {
+        return;
+    };
+    // Jobs enough that the planner reaches each by its index, in the
+    // order the batch lists them, as it does on a database in use.
+    pool.execute(
+        "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
+             input, fingerprint, hedgeable, kind, state, version, created_at_ms, updated_at_ms) \
+         SELECT 'filler-' || n, 'filler', 'k' || n, 'r', 'c', 'd', '{}', 'f', 0, 'native', \
+             'queued', 0, 0, 0 FROM generate_series(1, 20000) AS n; ANALYZE jobs",
+    )
+    .await
+    .unwrap();
+    for round in 0..3 {
+        let mut handles = Vec::new();
+        for i in 0..30 {
+            handles.push(started(&store, &format!("r{round}-k{i:02}")).await);
+        }
+        let mut own = Vec::new();
+        for i in 0..200 {
+            own.push(started(&store, &format!("r{round}-own{i:03}")).await);
+        }
+        // The shared jobs, listed in opposite orders; one batch holds jobs
+        // of its own too, so that the two listings differ in size as well.
+        let forward: Vec<_> = handles
+            .iter()
+            .chain(&own)
+            .map(|h| (h.clone(), answer(1)))
+            .collect();
+        let backward: Vec<_> = handles
+            .iter()
+            .rev()
+            .map(|h| (h.clone(), answer(2)))
+            .collect();
+        let (sql_a, sql_b) = (store.sql.clone(), store.sql.clone());
+        // Both connections open before either statement is sent.
+        let (mut conn_a, mut conn_b) =
+            (pool.acquire().await.unwrap(), pool.acquire().await.unwrap());
+        let a =
+            tokio::spawn(async move { ops::complete_many(&mut *conn_a, &sql_a, &forward).await });
+        let b =
+            tokio::spawn(async move { ops::complete_many(&mut *conn_b, &sql_b, &backward).await });
+        let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+        let wins = a.iter().chain(&b).filter(|x| x.is_some()).count();
+        assert_eq!(wins, 230, "each job won exactly once");
+    }
+    let settled: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE state = 'succeeded' AND version = 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(settled, 690);
+    store.close().await;
+    drop_schema(pool, &schema).await;
+}
