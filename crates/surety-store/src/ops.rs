@@ -74,16 +74,27 @@ pub(crate) async fn create<C: Conn>(
     insert: &Insert,
 ) -> Result<Started, StoreError> {
     let new = &insert.new;
-    if let (Some(_), Some(_)) = (&insert.first, &sql.insert_jobs_and_attempts) {
+    if let (Some(first), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt) {
         // One statement where the engine can: no transaction to open.
-        return create_many(c, sql, std::slice::from_ref(insert))
-            .await?
-            .pop()
-            .unwrap_or_else(|| {
-                Err(StoreError::Corrupt(
-                    "a batch of one answered none".to_owned(),
-                ))
-            });
+        let (input, messages) = job_texts(new);
+        let mut params = job_params(insert, &input, messages.as_deref());
+        let (contract, certified_at) = trust_params(first);
+        params.extend([
+            Text(&first.provider),
+            Int(first.lease),
+            contract,
+            certified_at,
+        ]);
+        if let Some(row) = c.row(statement, &params).await? {
+            let (job, attempt) = row.split_at(JOB_COLUMNS);
+            let handle = handle_from(&attempt_from(attempt)?);
+            return Ok((Created::New(job_from(job)?), Some(handle)));
+        }
+        // Nothing written: the key is taken, or the provider is demoted.
+        return match find(c, sql, new, &insert.fingerprint).await? {
+            Some(found) => Ok((found, None)),
+            None => Err(first.refused("the key's job vanished")),
+        };
     }
     let state = match insert.first {
         Some(_) => JobState::Running,
@@ -134,6 +145,10 @@ pub(crate) async fn create_many<C: Conn>(
     sql: &Sql,
     inserts: &[Insert],
 ) -> Result<Vec<Result<Started, StoreError>>, StoreError> {
+    if let [one] = inserts {
+        // The single-job statement: cheaper than a batch of one.
+        return Ok(vec![create(c, sql, one).await]);
+    }
     let statement = sql
         .insert_jobs_and_attempts
         .as_deref()
@@ -527,11 +542,14 @@ pub(crate) async fn complete_at_once<C: Conn>(
     handle: &AttemptHandle,
     answer: &Answer,
 ) -> Result<AtOnce, StoreError> {
-    if sql.complete_and_close.is_none() {
+    let Some(statement) = &sql.complete_and_close_one else {
         return Ok(None);
-    }
-    let one = [(handle.clone(), answer.clone())];
-    Ok(complete_many(c, sql, &one).await?.pop().flatten())
+    };
+    let (result, completion) = answer_texts(answer);
+    let params = cas_params(handle, &result, completion.as_deref());
+    let rows = c.rows(statement, &params).await?;
+    // The attempt closed here is among them whenever they came.
+    Ok(job_rows(&rows)?.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts))))
 }
 
 /// [`complete_at_once`] for several attempts, an answer each in their order.
@@ -560,6 +578,12 @@ pub(crate) async fn complete_many<C: Conn>(
                 true => later.push(i),
                 false => round.push(i),
             }
+        }
+        if let [one] = round[..] {
+            // The single-attempt statement: cheaper than a batch of one.
+            answers[one] = complete_at_once(c, sql, &items[one].0, &items[one].1).await?;
+            left = later;
+            continue;
         }
         let texts: Vec<(String, Option<String>)> =
             round.iter().map(|&i| answer_texts(&items[i].1)).collect();

@@ -22,6 +22,8 @@ pub struct Sql {
     /// engine can (PostgreSQL): a row per job inserted, its columns then its
     /// attempt's. Each of the parameters is an array, an item per job.
     pub insert_jobs_and_attempts: Option<String>,
+    /// `insert_jobs_and_attempts` for one job, its parameters single values.
+    pub insert_job_and_attempt: Option<String>,
     pub select_job_by_key: String,
     pub select_job: String,
     pub lock_job: String,
@@ -48,6 +50,8 @@ pub struct Sql {
     /// results, ordinals, completions), where the engine can (PostgreSQL):
     /// rows for each attempt that won, none for one that did not.
     pub complete_and_close: Option<String>,
+    /// `complete_and_close` for one attempt, its parameters single values.
+    pub complete_and_close_one: Option<String>,
     pub close_attempt: String,
     pub mark_unknown: String,
     pub record_race: String,
@@ -251,6 +255,27 @@ impl Sql {
                      SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",
                 )
             }),
+            // The same for one job, where a batch holds one: cheaper per
+            // statement than a batch of one (pgbench, prepared: ×1.31).
+            insert_job_and_attempt: (backend == Backend::Postgres).then(|| {
+                fill(
+                    "WITH job AS ( \
+                         INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
+                             contract_digest, input, fingerprint, hedgeable, kind, messages, state, \
+                             version, created_at_ms, updated_at_ms) \
+                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', 0, {now}, {now} \
+                         WHERE NOT EXISTS ({demoted_12_14_15}) \
+                         ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
+                         RETURNING {job_columns}), \
+                     attempt AS ( \
+                         INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
+                             base_version, started_at_ms, lease_expires_at_ms) \
+                         SELECT id, 1, 0, hedgeable, $12, 'started', version, {now}, {now} + $13 \
+                         FROM job \
+                         RETURNING {attempt_columns}) \
+                     SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",
+                )
+            }),
             select_job_by_key: fill(
                 "SELECT {job_columns} FROM jobs WHERE owner_id = $1 AND idempotency_key = $2",
             ),
@@ -381,6 +406,32 @@ impl Sql {
                          AND EXISTS (SELECT 1 FROM seen JOIN locked USING (id, row_version) \
                              WHERE seen.id = done.id) \
                      ORDER BY done.id, attempt.ordinal",
+                )
+            }),
+            // The same for one attempt, where a batch holds one.
+            complete_and_close_one: (backend == Backend::Postgres).then(|| {
+                fill(
+                    "WITH seen AS (SELECT xmin AS row_version FROM jobs WHERE id = $1), \
+                     locked AS ( \
+                         SELECT xmin AS row_version, version, completed_by FROM jobs \
+                         WHERE id = $1 FOR UPDATE), \
+                     closed AS ( \
+                         UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
+                         WHERE job_id = $1 AND ordinal = $4 AND state IN {open} \
+                         AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
+                         RETURNING {attempt_columns}), \
+                     done AS ( \
+                         UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
+                             completion = $5, version = version + 1, updated_at_ms = {now} \
+                         WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
+                         RETURNING {job_columns}), \
+                     attempt AS ( \
+                         SELECT * FROM closed \
+                         UNION ALL \
+                         SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal <> $4) \
+                     SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
+                         ON EXISTS (SELECT 1 FROM seen JOIN locked USING (row_version)) \
+                     ORDER BY attempt.ordinal",
                 )
             }),
             close_attempt: fill(

@@ -130,8 +130,11 @@ struct Pg {
 
 /// The most jobs one batched statement takes.
 const BATCH_MOST: usize = 64;
-/// How many batched statements of each kind run at once.
-const BATCH_IN_FLIGHT: usize = 2;
+/// How many batched statements of each kind run at once: one, so that
+/// every caller that comes while it runs shares the next (measured against
+/// two: ×1.26–1.35 jobs/s at 16 and 64 clients, and ×0.64–0.67 of the
+/// server's CPU per job).
+const BATCH_IN_FLIGHT: usize = 1;
 
 impl Pg {
     fn new(pool: PgPool, sql: &Arc<Sql>) -> Pg {
