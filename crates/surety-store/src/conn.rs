@@ -60,6 +60,11 @@ impl Val {
         }
     }
 
+    /// Whether this is the text `s`.
+    pub(crate) fn is_text(&self, s: &str) -> bool {
+        matches!(self, Val::Text(t) if t == s)
+    }
+
     pub(crate) fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
         match self {
             Val::Null => Ok(None),

@@ -138,8 +138,8 @@ pub(crate) async fn create<C: Conn>(
 
 /// Records new jobs, each starting its first attempt, in one statement
 /// (`Sql::insert_jobs_and_attempts`, PostgreSQL): an answer per insert, in
-/// their order, as [`create`] gives it. `Err` when the statement failed, which
-/// wrote nothing. Every insert must carry its first attempt.
+/// their order, as [`create`] gives it. `Err` only when the statement failed,
+/// which wrote nothing. Every insert must carry its first attempt.
 pub(crate) async fn create_many<C: Conn>(
     c: &mut C,
     sql: &Sql,
@@ -215,17 +215,25 @@ pub(crate) async fn create_many<C: Conn>(
         Param::OptTexts(&trusted),
         Param::Ints(&certified),
     ];
+    // The statement's error is the batch's: it wrote nothing. Past it,
+    // each item's answer is its own, so no item written is run again.
     let rows = c.rows(statement, &params).await?;
     let mut answers: Vec<Option<Result<Started, StoreError>>> =
         inserts.iter().map(|_| None).collect();
     for row in &rows {
+        let Some(at) = row
+            .first()
+            .and_then(|id| inserts.iter().position(|i| id.is_text(&i.id.0)))
+        else {
+            continue;
+        };
         let (job, attempt) = row.split_at(JOB_COLUMNS.min(row.len()));
-        let job = job_from(job)?;
-        let handle = handle_from(&attempt_from(attempt)?);
-        let at = inserts.iter().position(|i| i.id == job.id).ok_or_else(|| {
-            StoreError::Corrupt(format!("a batch inserted job {} it did not hold", job.id))
-        })?;
-        answers[at] = Some(Ok((Created::New(job), Some(handle))));
+        answers[at] = Some(job_from(job).and_then(|job| {
+            Ok((
+                Created::New(job),
+                Some(handle_from(&attempt_from(attempt)?)),
+            ))
+        }));
     }
     // Nothing written for the rest: the key is taken (by another caller, or
     // earlier in this batch), or the provider is demoted.
@@ -552,47 +560,41 @@ pub(crate) async fn complete_at_once<C: Conn>(
     Ok(job_rows(&rows)?.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts))))
 }
 
-/// [`complete_at_once`] for several attempts, an answer each in their order.
-/// One statement takes at most one attempt per job: the guards of two would
-/// both be read before either closed, so a second attempt of a job waits
-/// for a statement after the first's. `Err` when a statement failed.
+/// [`complete_at_once`] for several attempts, an answer each in their
+/// order. One statement takes at most one attempt per job: the guards of
+/// two would both be read before either closed, so a second attempt of a
+/// job runs alone after it. `Err` only when that statement failed, which
+/// wrote nothing; past it, each item's answer is its own, so no item
+/// written is run again.
 pub(crate) async fn complete_many<C: Conn>(
     c: &mut C,
     sql: &Sql,
     items: &[(AttemptHandle, Answer)],
-) -> Result<Vec<AtOnce>, StoreError> {
-    let statement = sql.complete_and_close.as_deref().ok_or_else(|| {
-        StoreError::Corrupt("this engine has no compare-and-swap batch".to_owned())
-    })?;
-    let mut answers: Vec<AtOnce> = items.iter().map(|_| None).collect();
-    let mut left: Vec<usize> = (0..items.len()).collect();
-    while !left.is_empty() {
-        // This round: the first item of each job still left.
-        let mut round: Vec<usize> = Vec::with_capacity(left.len());
-        let mut later = Vec::new();
-        for i in left {
-            match round
-                .iter()
-                .any(|&r| items[r].0.job_id == items[i].0.job_id)
-            {
-                true => later.push(i),
-                false => round.push(i),
-            }
+) -> Result<Vec<Result<AtOnce, StoreError>>, StoreError> {
+    let mut first: Vec<usize> = Vec::with_capacity(items.len());
+    let mut repeats = Vec::new();
+    for (i, (handle, _)) in items.iter().enumerate() {
+        match first.iter().any(|&f| items[f].0.job_id == handle.job_id) {
+            true => repeats.push(i),
+            false => first.push(i),
         }
-        if let [one] = round[..] {
-            // The single-attempt statement: cheaper than a batch of one.
-            answers[one] = complete_at_once(c, sql, &items[one].0, &items[one].1).await?;
-            left = later;
-            continue;
-        }
+    }
+    let mut answers: Vec<Result<AtOnce, StoreError>> = items.iter().map(|_| Ok(None)).collect();
+    if let [one] = first[..] {
+        // The single-attempt statement: cheaper than a batch of one.
+        answers[one] = complete_at_once(c, sql, &items[one].0, &items[one].1).await;
+    } else {
+        let statement = sql.complete_and_close.as_deref().ok_or_else(|| {
+            StoreError::Corrupt("this engine has no compare-and-swap batch".to_owned())
+        })?;
         let texts: Vec<(String, Option<String>)> =
-            round.iter().map(|&i| answer_texts(&items[i].1)).collect();
-        let ids: Vec<&str> = round
+            first.iter().map(|&i| answer_texts(&items[i].1)).collect();
+        let ids: Vec<&str> = first
             .iter()
             .map(|&i| items[i].0.job_id.0.as_str())
             .collect();
-        let versions: Vec<i64> = round.iter().map(|&i| items[i].0.base_version).collect();
-        let ordinals: Vec<i64> = round.iter().map(|&i| items[i].0.ordinal).collect();
+        let versions: Vec<i64> = first.iter().map(|&i| items[i].0.base_version).collect();
+        let ordinals: Vec<i64> = first.iter().map(|&i| items[i].0.ordinal).collect();
         let results: Vec<&str> = texts.iter().map(|(r, _)| r.as_str()).collect();
         let completions: Vec<Option<&str>> = texts.iter().map(|(_, c)| c.as_deref()).collect();
         let params = [
@@ -603,22 +605,24 @@ pub(crate) async fn complete_many<C: Conn>(
             Param::OptTexts(&completions),
         ];
         let rows = c.rows(statement, &params).await?;
-        // A job's rows come together (ordered by its id).
+        // A job's rows come together (ordered by its id, its first column).
         for rows in rows.chunk_by(|a, b| a.first() == b.first()) {
-            let Some((job, attempts)) = job_rows(rows)? else {
+            let Some(at) = rows.first().and_then(|row| row.first()).and_then(|id| {
+                first
+                    .iter()
+                    .copied()
+                    .find(|&i| id.is_text(&items[i].0.job_id.0))
+            }) else {
                 continue;
             };
-            let at = round
-                .iter()
-                .copied()
-                .find(|&i| items[i].0.job_id == job.id)
-                .ok_or_else(|| {
-                    StoreError::Corrupt(format!("a batch completed job {} it did not hold", job.id))
-                })?;
             // The attempt closed here is among them whenever they came.
-            answers[at] = Some((job, (!attempts.is_empty()).then_some(attempts)));
+            answers[at] = job_rows(rows).map(|won| {
+                won.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts)))
+            });
         }
-        left = later;
+    }
+    for i in repeats {
+        answers[i] = complete_at_once(c, sql, &items[i].0, &items[i].1).await;
     }
     Ok(answers)
 }

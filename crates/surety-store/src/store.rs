@@ -163,7 +163,7 @@ fn started(out: Started) -> Started {
 }
 
 /// New jobs with their first attempts, in one statement; each alone when
-/// that statement failed on what may be one job's fault.
+/// that statement failed (writing nothing) on what may be one job's fault.
 pub(crate) async fn create_batch(
     pool: PgPool,
     sql: Arc<Sql>,
@@ -189,7 +189,7 @@ pub(crate) async fn create_batch(
 }
 
 /// Compare-and-swaps of attempts, in one statement; each alone when that
-/// statement failed on what may be one attempt's fault.
+/// statement failed (writing nothing) on what may be one attempt's fault.
 async fn complete_batch(
     pool: PgPool,
     sql: Arc<Sql>,
@@ -200,7 +200,7 @@ async fn complete_batch(
         Err(e) => return batch::none_ran(&e.into(), items.len()),
     };
     let failed = match ops::complete_many(&mut *conn, &sql, &items).await {
-        Ok(answers) => return answers.into_iter().map(Ok).collect(),
+        Ok(answers) => return answers,
         Err(e) => e,
     };
     if let Some(each) = batch::shared_failure(&failed, items.len()) {
