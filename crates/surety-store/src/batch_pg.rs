@@ -395,3 +395,51 @@ async fn batches_that_swap_the_same_jobs_in_opposite_orders_never_deadlock_and_e
     store.close().await;
     drop_schema(pool, &schema).await;
 }
+
+/// The plan of a batched statement, generic (as a prepared statement's
+/// comes to be).
+async fn generic_plan(pool: &PgPool, types: &str, statement: &str, args: &str) -> String {
+    let mut conn = pool.acquire().await.unwrap();
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
+    conn.execute(format!("PREPARE batch({types}) AS {statement}").as_str())
+        .await
+        .unwrap();
+    let rows: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE batch({args})"))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    rows.join("\n")
+}
+
+#[tokio::test]
+async fn a_batch_reaches_its_jobs_and_attempts_by_index_however_many_rows_there_are() {
+    // Many rows and no statistics (a server whose autovacuum is off, as
+    // this machine's: the planner guesses how many attempts a job has).
+    let Some((store, pool, schema)) = postgres().await else {
+        return;
+    };
+    pool.execute(
+        "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
+             input, fingerprint, hedgeable, kind, state, version, created_at_ms, updated_at_ms) \
+         SELECT 'filler-' || n, 'filler', 'k' || n, 'r', 'c', 'd', '{}', 'f', 0, 'native', \
+             'running', 0, 0, 0 FROM generate_series(1, 50000) AS n; \
+         INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, base_version, \
+             started_at_ms, lease_expires_at_ms) \
+         SELECT 'filler-' || n, 1, 0, 0, 'p', 'started', 0, 0, 0 FROM generate_series(1, 50000) AS n",
+    )
+    .await
+    .unwrap();
+    let swap = generic_plan(
+        &pool,
+        "text[], int8[], text[], int8[], text[]",
+        store.sql.complete_and_close.as_deref().unwrap(),
+        "ARRAY['a', 'b'], ARRAY[0, 0]::int8[], ARRAY['{}', '{}'], ARRAY[1, 1]::int8[], \
+         ARRAY[NULL, NULL]::text[]",
+    )
+    .await;
+    assert!(!swap.contains("Seq Scan"), "{swap}");
+    store.close().await;
+    drop_schema(pool, &schema).await;
+}

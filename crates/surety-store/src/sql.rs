@@ -400,7 +400,8 @@ impl Sql {
                          SELECT * FROM closed \
                          UNION ALL \
                          SELECT {a.attempt_columns} FROM attempts a \
-                             JOIN input i ON a.job_id = i.job_id AND a.ordinal <> i.ordinal) \
+                         WHERE a.job_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM input i \
+                             WHERE i.job_id = a.job_id AND i.ordinal = a.ordinal)) \
                      SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
                          ON attempt.job_id = done.id \
                          AND EXISTS (SELECT 1 FROM seen JOIN locked USING (id, row_version) \
