@@ -92,7 +92,15 @@ fn pg_query<'q>(
     sql: &'q str,
     params: &[Param<'q>],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let mut query = sqlx::query(sql);
+    // A batch (its columns as arrays) is planned for each run, with the
+    // batch's size and the tables' as they are: a plan the server caches
+    // for a prepared statement is made once, and one made while the tables
+    // were small (a fresh database, or one whose statistics autovacuum never
+    // gathered) scans them whole for as long as the connection lives.
+    let batch = params
+        .iter()
+        .any(|p| matches!(p, Param::Texts(_) | Param::OptTexts(_) | Param::Ints(_)));
+    let mut query = sqlx::query(sql).persistent(!batch);
     for param in params {
         query = match *param {
             Param::Text(s) => query.bind(s),
