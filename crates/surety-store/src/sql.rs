@@ -373,16 +373,27 @@ impl Sql {
             // row version the snapshot saw is the one locked) proves the
             // attempts unchanged too. Otherwise the job comes alone, with NULL
             // attempt columns, and the waiter reads.
+            //
+            // Each job of the batch, and each job's other attempts, is
+            // reached by an index lookup of its own (`CROSS JOIN LATERAL`,
+            // kept from being flattened into a join by `OFFSET 0` or its
+            // lock): a planner without statistics guesses that a value
+            // matches one row in 200, so a condition on many ids at once
+            // (`= ANY`, `IN`, a join) seemed to match so much of a small
+            // table that it read the whole table instead.
             complete_and_close: (backend == Backend::Postgres).then(|| {
                 fill(
                     "WITH input AS ( \
                          SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[]) \
                              AS i(job_id, base_version, result, ordinal, completion)), \
-                     seen AS (SELECT id, xmin AS row_version FROM jobs \
-                         WHERE id IN (SELECT job_id FROM input)), \
+                     seen AS ( \
+                         SELECT j.* FROM input i CROSS JOIN LATERAL ( \
+                             SELECT id, xmin AS row_version FROM jobs WHERE id = i.job_id OFFSET 0) j), \
                      locked AS ( \
-                         SELECT id, xmin AS row_version, version, completed_by FROM jobs \
-                         WHERE id IN (SELECT job_id FROM input) ORDER BY id FOR UPDATE), \
+                         SELECT j.* FROM (SELECT job_id FROM input ORDER BY job_id) i \
+                         CROSS JOIN LATERAL ( \
+                             SELECT id, xmin AS row_version, version, completed_by FROM jobs \
+                             WHERE id = i.job_id FOR UPDATE) j), \
                      closed AS ( \
                          UPDATE attempts a SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
                          FROM input i JOIN locked l ON l.id = i.job_id \
@@ -399,9 +410,9 @@ impl Sql {
                      attempt AS ( \
                          SELECT * FROM closed \
                          UNION ALL \
-                         SELECT {a.attempt_columns} FROM attempts a \
-                         WHERE a.job_id = ANY($1::text[]) AND NOT EXISTS (SELECT 1 FROM input i \
-                             WHERE i.job_id = a.job_id AND i.ordinal = a.ordinal)) \
+                         SELECT other.* FROM input i CROSS JOIN LATERAL ( \
+                             SELECT {a.attempt_columns} FROM attempts a \
+                             WHERE a.job_id = i.job_id AND a.ordinal <> i.ordinal OFFSET 0) other) \
                      SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
                          ON attempt.job_id = done.id \
                          AND EXISTS (SELECT 1 FROM seen JOIN locked USING (id, row_version) \
