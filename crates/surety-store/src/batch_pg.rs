@@ -430,9 +430,10 @@ async fn batches_that_swap_the_same_jobs_in_opposite_orders_never_deadlock_and_e
     drop_schema(pool, &schema).await;
 }
 
-/// The plan of a batched statement: `generic` as a prepared statement's
-/// comes to be, or custom as each run's is (`persistent(false)`), made for
-/// the arrays given.
+/// The plan of a batched statement: `generic`, as PostgreSQL may keep for a
+/// prepared statement, or custom, made for the arrays given, as it makes
+/// for a prepared statement's first runs (and later ones, when the generic
+/// plan seems dearer).
 async fn plan(pool: &PgPool, generic: bool, types: &str, statement: &str, args: &str) -> String {
     let mut conn = pool.acquire().await.unwrap();
     let mode = if generic {

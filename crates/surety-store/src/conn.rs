@@ -92,15 +92,11 @@ fn pg_query<'q>(
     sql: &'q str,
     params: &[Param<'q>],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    // A batch (its columns as arrays) is planned for each run, with the
-    // batch's size and the tables' as they are: a plan the server caches
-    // for a prepared statement is made once, and one made while the tables
-    // were small (a fresh database, or one whose statistics autovacuum never
-    // gathered) scans them whole for as long as the connection lives.
-    let batch = params
-        .iter()
-        .any(|p| matches!(p, Param::Texts(_) | Param::OptTexts(_) | Param::Ints(_)));
-    let mut query = sqlx::query(sql).persistent(!batch);
+    // Every statement is kept prepared, and PostgreSQL may keep one plan
+    // for it as long as the connection lives, made while the tables were
+    // empty: the batched statements reach each job by an index lookup of
+    // its own whatever the tables hold (`sql.rs`), so that plan stays good.
+    let mut query = sqlx::query(sql);
     for param in params {
         query = match *param {
             Param::Text(s) => query.bind(s),
