@@ -29,6 +29,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor, Row};
 use surety_store::{Store, StoreOptions};
+use surety_testkit::{postgres_url, skipped};
 
 /// A benchmark cell's length: `SURETY_BENCH_SECS` seconds, 3 by default.
 pub fn bench_cell() -> std::time::Duration {
@@ -81,24 +82,6 @@ pub fn require(var: &str, what: &str) -> Option<String> {
     }
 }
 
-/// Records that part of a test was skipped: on stderr, and past libtest's
-/// capture in the file `SURETY_SKIPS` names, which `cargo xtask test`
-/// counts and prints, so a skip never passes for a pass in silence.
-pub fn skipped(why: &str) {
-    use std::io::Write;
-    eprintln!("SKIPPED: {why}");
-    if let Some(path) = std::env::var_os("SURETY_SKIPS")
-        && let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-    {
-        let test = std::thread::current().name().unwrap_or("a test").to_owned();
-        // One write of the whole line: appends from parallel tests never interleave.
-        let _ = file.write_all(format!("{test}: {why}\n").as_bytes());
-    }
-}
-
 /// What every snapshot hides, the same way: what changes from run to run
 /// (ids, times, digests, ports, temporary paths, durations, tokens) is
 /// replaced by its name, so a snapshot shows the behaviour alone.
@@ -141,7 +124,6 @@ macro_rules! surety_snapshot {
 }
 
 /// The default PostgreSQL of the project's machines.
-pub const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
@@ -194,10 +176,6 @@ async fn admin(base: &str) -> AnyPool {
         .connect(base)
         .await
         .expect("connect to PostgreSQL as its admin")
-}
-
-pub fn postgres_url() -> String {
-    std::env::var("SURETY_TEST_DATABASE_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
 }
 
 impl TestDb {

@@ -148,7 +148,7 @@ fn test(root: &Path) -> Result<()> {
     let chromium = chromium()?;
     let chromium = chromium.to_string_lossy();
     env.push(("SURETY_CHROMIUM", &chromium));
-    // Where skipped tests say so (`surety_tests::skipped`), past libtest's capture.
+    // Where skipped tests say so (`surety_testkit::skipped`), past libtest's capture.
     let skips = target_dir(root).join("test-skips.txt");
     remove_if_present(&skips)?;
     let skips_env = skips.to_string_lossy().into_owned();

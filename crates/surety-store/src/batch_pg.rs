@@ -15,26 +15,16 @@ use crate::{
 
 /// A store on a fresh schema, its pool, and the schema's name.
 async fn postgres() -> Option<(Store, PgPool, String)> {
-    let base = std::env::var("SURETY_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let base = surety_testkit::postgres_url();
     let admin = match PgPool::connect(&base).await {
         Ok(admin) => admin,
         Err(e) if std::env::var_os("CI").is_some() => {
             panic!("PostgreSQL at {base} is unreachable and CI is set: {e}")
         }
         Err(e) => {
-            // Said, and counted where the suite counts its skips.
-            let why = format!("a PostgreSQL batch test: {base} is unreachable ({e})");
-            eprintln!("SKIPPED: {why}");
-            if let Some(path) = std::env::var_os("SURETY_SKIPS")
-                && let Ok(mut file) = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-            {
-                use std::io::Write;
-                let _ = writeln!(file, "{why}");
-            }
+            surety_testkit::skipped(&format!(
+                "a PostgreSQL batch test: {base} is unreachable ({e})"
+            ));
             return None;
         }
     };
