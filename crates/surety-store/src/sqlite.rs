@@ -62,7 +62,9 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(25);
 /// writes and reads for a moment and restarts the WAL (the last quarter
 /// takes what commits while the restart waits for readers: 6 MiB measured
 /// at full load); `journal_size_limit` trims the file back to it when it
-/// restarts.
+/// restarts. A commit that finds the file past it (the checkpointer held up
+/// by a slow disk) restarts the WAL itself, so the file never holds more
+/// than the bound and that commit's batch.
 pub const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 
 /// With a size limit, 1/this of it is kept for what acknowledged jobs
@@ -155,6 +157,13 @@ struct Shared {
     /// Held shared by every read, and alone by a restarting checkpoint,
     /// which needs a moment with no reader in the WAL.
     readers_gate: std::sync::RwLock<()>,
+    /// Held through every checkpoint: SQLite lets one run at a time and
+    /// refuses a second at once, so a restart waits here for the
+    /// checkpointer's to end instead.
+    checkpointing: Arc<Mutex<()>>,
+    /// The WAL file, and the most bytes it may hold past one batch.
+    wal: PathBuf,
+    wal_limit: i64,
 }
 
 impl Shared {
@@ -194,7 +203,56 @@ impl Shared {
         // sees its own write still queued.
         self.queued.fetch_sub(queued, Ordering::AcqRel);
         answer(batch, &outcome);
+        // The checkpointer restarts the WAL at three quarters of its bound;
+        // when it has not by the bound (a checkpoint held up by a slow
+        // disk: the WAL grows by whatever commits meanwhile), the writer
+        // does, and writes wait. So the file never holds more than the
+        // bound and the one batch that crossed it: the next commit starts
+        // the WAL over and trims the file back (`journal_size_limit`).
+        if self.wal_past_bound() {
+            let restarted = self.restart_wal(conn);
+            tracing::warn!(
+                ?restarted,
+                bound = self.wal_limit,
+                "the WAL passed its bound before a checkpoint restarted it: writes waited for the restart"
+            );
+        }
     }
+
+    /// Whether the WAL file holds more than its bound.
+    fn wal_past_bound(&self) -> bool {
+        std::fs::metadata(&self.wal)
+            .is_ok_and(|m| i64::try_from(m.len()).unwrap_or(i64::MAX) > self.wal_limit)
+    }
+
+    /// Checkpoints the whole WAL and restarts it, on `conn`, the writing
+    /// connection, which the caller holds (so no write is under way): the
+    /// readers' gate keeps new reads out meanwhile and waits for those in
+    /// flight (single statements), so nobody is left in the WAL to wait
+    /// for. Its busy flag, WAL frames and frames copied.
+    fn restart_wal(&self, conn: &Connection) -> rusqlite::Result<(i64, i64, i64)> {
+        let _checkpointing = lock(&self.checkpointing);
+        let _reads = self
+            .readers_gate
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        checkpoint(conn, "RESTART")
+    }
+}
+
+/// `mutex`, whatever a panic left in it (nothing but `()` is guarded so).
+fn lock(mutex: &Mutex<()>) -> MutexGuard<'_, ()> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `PRAGMA wal_checkpoint(mode)` on `conn`: its busy flag (1 when it could
+/// not finish), WAL frames and frames copied.
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(i64, i64, i64)> {
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
+        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+    })
 }
 
 /// The SQLite engine.
@@ -248,6 +306,7 @@ impl Sqlite {
         let checkpointer = connect(&path, busy_timeout)?;
         let (committed, commits) = mpsc::sync_channel(1);
         let (writer, queue) = mpsc::channel();
+        let checkpointing = Arc::new(Mutex::new(()));
         let spawn = |name: &str, work: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.to_owned())
@@ -262,6 +321,9 @@ impl Sqlite {
             closed: AtomicBool::new(false),
             committed,
             readers_gate: std::sync::RwLock::new(()),
+            checkpointing: checkpointing.clone(),
+            wal: wal_path(&path),
+            wal_limit: checkpoints.wal_limit,
         });
         // Weak: the checkpointer ends with the store, when the last commit
         // signal's sender (in `Shared`) is gone.
@@ -269,7 +331,8 @@ impl Sqlite {
         spawn(
             "surety-sqlite-checkpoint",
             Box::new(move || {
-                checkpoint_loop(&checkpointer, &commits, checkpoints, &for_checkpoints)
+                let checkpointer = (&checkpointer, &*checkpointing);
+                checkpoint_loop(checkpointer, &commits, checkpoints, &for_checkpoints)
             }),
         )?;
         let for_writer = shared.clone();
@@ -394,6 +457,13 @@ fn sqlite_path(url: &str) -> Result<PathBuf, StoreError> {
     Ok(PathBuf::from(path))
 }
 
+/// The WAL file of the database at `path`: its name with `-wal` after it.
+fn wal_path(path: &std::path::Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
+}
+
 fn connect(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
@@ -453,13 +523,13 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
 /// load it grows without bound (a RESTART from this connection would
 /// starve behind the writer, and one from the writer's behind the
 /// readers). Past 3/4 of `wal_limit` bytes, this takes the writer's connection
-/// (writes queue meanwhile) and the readers' gate (reads wait for the
-/// reads in flight, single statements), and restarts the WAL with nobody
-/// to wait for: a pause of one checkpoint's length, once per bound. RESTART,
-/// not TRUNCATE: an emptied file makes every later commit extend it, which
-/// the router benchmark measured as 2-3 ms of added p99 at 500 jobs/s.
+/// (writes queue meanwhile) and restarts the WAL on it
+/// ([`Shared::restart_wal`]): a pause of one checkpoint's length, once per
+/// bound. RESTART, not TRUNCATE: an emptied file makes every later commit
+/// extend it, which the router benchmark measured as 2-3 ms of added p99
+/// at 500 jobs/s.
 fn checkpoint_loop(
-    conn: &Connection,
+    (conn, checkpointing): (&Connection, &Mutex<()>),
     commits: &mpsc::Receiver<()>,
     every: Checkpoints,
     shared: &std::sync::Weak<Shared>,
@@ -467,21 +537,15 @@ fn checkpoint_loop(
     let page_size: i64 = conn
         .query_row("PRAGMA page_size", [], |row| row.get(0))
         .unwrap_or(4096);
-    let checkpoint = |mode: &str| {
-        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
-            Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-        })
-    };
     while commits.recv().is_ok() {
-        match checkpoint("PASSIVE") {
-            Ok((wal, copied)) if wal * page_size > every.wal_limit / 4 * 3 => {
+        let passive = {
+            let _checkpointing = lock(checkpointing);
+            checkpoint(conn, "PASSIVE")
+        };
+        match passive {
+            Ok((_, wal, copied)) if wal * page_size > every.wal_limit / 4 * 3 => {
                 if let Some(shared) = shared.upgrade() {
-                    let _writes = shared.conn();
-                    let _reads = shared
-                        .readers_gate
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let restarted = checkpoint("RESTART");
+                    let restarted = shared.restart_wal(&shared.conn());
                     tracing::debug!(
                         wal,
                         copied,
@@ -490,7 +554,7 @@ fn checkpoint_loop(
                     );
                 }
             }
-            Ok((wal, copied)) => tracing::trace!(wal, copied, "checkpoint"),
+            Ok((_, wal, copied)) => tracing::trace!(wal, copied, "checkpoint"),
             Err(e) => {
                 tracing::warn!(error = %e, "a SQLite checkpoint failed; the WAL grows until one succeeds")
             }
@@ -768,13 +832,19 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_wal_stays_bounded_beside_busy_readers() {
         // 8,000 commits make about 55 MiB of WAL beside a busy reader when
-        // nothing bounds it; bounded at 1 MiB, it stays within what lands
-        // between two checkpoints of it.
+        // nothing bounds it. Bounded at 1 MiB, it passes the bound by at
+        // most the one commit that crossed it, however long a checkpoint
+        // takes: the checkpointer alone let it grow by what landed while
+        // its checkpoint ran (1.2-4.7 MiB here; 6-9.6 MiB while the disk
+        // wrote back gigabytes; 27 MiB in a CI run).
         let limit = 1024 * 1024;
         let peak = wal_peak(limit, 8000).await;
         eprintln!("the WAL peaked at {peak} bytes");
+        // One commit here writes a few pages, each a frame of 4 KiB and
+        // its 24-byte header.
+        let one_commit = 16 * (4096 + 24);
         assert!(
-            peak < 16 * limit as u64,
+            peak <= (limit + one_commit) as u64,
             "the WAL reached {peak} bytes with a bound of {limit}"
         );
     }
