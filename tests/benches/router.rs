@@ -47,6 +47,8 @@ struct Sample {
     shed: u64,
     latencies: Vec<u64>,
     elapsed: Duration,
+    /// Open loop: how late each of [`Lateness`]'s wake-ups came, µs.
+    late: Vec<u64>,
 }
 
 impl Sample {
@@ -56,6 +58,7 @@ impl Sample {
             shed: 0,
             latencies: Vec::new(),
             elapsed: Duration::ZERO,
+            late: Vec::new(),
         }
     }
 
@@ -65,6 +68,7 @@ impl Sample {
             shed: 0,
             latencies,
             elapsed,
+            late: Vec::new(),
         }
     }
 
@@ -75,6 +79,7 @@ impl Sample {
         self.shed += other.shed;
         self.latencies.extend(other.latencies);
         self.elapsed += other.elapsed;
+        self.late.extend(other.late);
     }
 
     fn rate(&self) -> f64 {
@@ -82,12 +87,60 @@ impl Sample {
     }
 
     fn pct(&self, q: f64) -> f64 {
-        let mut l = self.latencies.clone();
-        l.sort_unstable();
-        l.get(((l.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0) as f64
-            / 1000.0
+        quantile(&self.latencies, q) as f64 / 1000.0
+    }
+
+    /// The host's wake-up lateness in this sample, µs: p50, p99, max.
+    fn lateness(&self) -> (u64, u64, u64) {
+        (
+            quantile(&self.late, 0.5),
+            quantile(&self.late, 0.99),
+            quantile(&self.late, 1.0),
+        )
+    }
+}
+
+/// The `q` quantile of `values` (0 when there are none).
+fn quantile(values: &[u64], q: f64) -> u64 {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The machine's own scheduling delay while an open-loop cell runs, as
+/// cyclictest measures it: a thread asks to sleep 1 ms, again and again,
+/// and records how much later than asked each wake-up comes. A job at 500
+/// jobs/s is a chain of such wake-ups (the client's, the router's threads',
+/// the upstream's, each side of each socket), so when this thread's p99
+/// is a good part of a millisecond, so is the added p99 of any chain of
+/// them, whatever the router's own work.
+struct Lateness {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<u64>>,
+}
+
+impl Lateness {
+    fn start() -> Lateness {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let asked = Duration::from_millis(1);
+            let mut late = Vec::with_capacity(64 * 1024);
+            while !stopped.load(Ordering::Relaxed) {
+                let before = Instant::now();
+                std::thread::sleep(asked);
+                late.push(before.elapsed().saturating_sub(asked).as_micros() as u64);
+            }
+            late
+        });
+        Lateness { stop, thread }
+    }
+
+    fn stop(self) -> Vec<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 
@@ -116,7 +169,11 @@ impl Measured {
 
     fn json(&self) -> Value {
         let c = &self.cpu;
-        json!({"per_s": self.sample.rate(), "p50_ms": self.sample.pct(0.5), "p99_ms": self.sample.pct(0.99), "n": self.sample.count, "shed": self.sample.shed, "cpu_per_job_us": self.cpu_per_job_us(),
+        let (late_p50, late_p99, late_max) = self.sample.lateness();
+        json!({"router_run_queue_wait_per_job_us": self.per_job_us(c.router_waiting),
+            "router_disk_read_per_job_bytes": c.router_disk_read / self.sample.count.max(1) as f64,
+            "host_wake_up_late_us": {"p50": late_p50, "p99": late_p99, "max": late_max, "n": self.sample.late.len()},
+            "per_s": self.sample.rate(), "p50_ms": self.sample.pct(0.5), "p99_ms": self.sample.pct(0.99), "n": self.sample.count, "shed": self.sample.shed, "cpu_per_job_us": self.cpu_per_job_us(),
             "cpu_per_job_us_by_process": {"router": self.per_job_us(c.router), "postgres": self.per_job_us(c.postgres), "bench": self.per_job_us(c.bench), "wrk": self.per_job_us(c.wrk)}})
     }
 }
@@ -128,6 +185,10 @@ impl Measured {
 #[derive(Debug, Default, Clone, Copy)]
 struct Cpu {
     router: f64,
+    /// Seconds the router's threads were ready to run but waited for a core.
+    router_waiting: f64,
+    /// Bytes the router had read from the disk.
+    router_disk_read: f64,
     postgres: f64,
     bench: f64,
     wrk: f64,
@@ -138,6 +199,8 @@ impl Cpu {
         let me = serve::cpu_seconds_of("self");
         Cpu {
             router: router.cpu_seconds(),
+            router_waiting: router.run_queue_seconds(),
+            router_disk_read: router.disk_read_bytes() as f64,
             postgres: serve::postgres_cpu_seconds(),
             bench: me.own,
             wrk: me.children,
@@ -148,6 +211,8 @@ impl Cpu {
     fn add_since(&mut self, before: Cpu, router: &RouterProcess) {
         let now = Cpu::now(router);
         self.router += now.router - before.router;
+        self.router_waiting += now.router_waiting - before.router_waiting;
+        self.router_disk_read += now.router_disk_read - before.router_disk_read;
         self.postgres += now.postgres - before.postgres;
         self.bench += now.bench - before.bench;
         self.wrk += now.wrk - before.wrk;
@@ -312,7 +377,8 @@ async fn run() {
             .await;
             let mut cell = json!({
                 "engine": name, "load": label,
-                "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.count},
+                "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.count,
+                    "host_wake_up_late_us": {"p50": direct.lateness().0, "p99": direct.lateness().1, "max": direct.lateness().2, "n": direct.late.len()}},
             });
             for (build, m) in builds.iter().zip(&measured) {
                 let through = &m.sample;
@@ -332,6 +398,16 @@ async fn run() {
                     m.per_job_us(m.cpu.bench),
                     m.per_job_us(m.cpu.wrk),
                 );
+                if !through.late.is_empty() {
+                    let (p50, p99, max) = through.lateness();
+                    let (_, direct_p99, _) = direct.lateness();
+                    println!(
+                        "{:<11} {name:<9} {label:<14} the router read {:.0} bytes per job from the disk and its threads waited {:.0} µs per job for a core; a 1 ms sleep woke late by p50 {p50} µs, p99 {p99}, max {max} (while the upstream alone was driven: p99 {direct_p99})",
+                        build.name,
+                        m.cpu.router_disk_read / through.count.max(1) as f64,
+                        m.per_job_us(m.cpu.router_waiting),
+                    );
+                }
                 if through.shed > 0 {
                     println!(
                         "{:<11} {name:<9} {label:<14} {} requests shed (429): this rate is past what the router serves here",
@@ -967,6 +1043,7 @@ async fn wrk(clients: usize, duration: Duration, target: &Target, nonce: u64) ->
         shed: 0,
         latencies: serde_json::from_value(figures["quantiles_us"].clone()).unwrap(),
         elapsed: Duration::from_micros(figures["duration_us"].as_u64().unwrap()),
+        late: Vec::new(),
     }
 }
 
@@ -986,6 +1063,7 @@ async fn drive(
     // An open-loop cell's p99 rests on its slowest 1%: four times the cell
     // length (12 s by default, 6,000 requests at 500/s) keeps it steady.
     let duration = secs() * 4;
+    let lateness = Lateness::start();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
@@ -1005,5 +1083,6 @@ async fn drive(
         started.elapsed(),
     );
     sample.shed = answers.iter().filter(|a| a.is_none()).count() as u64;
+    sample.late = lateness.stop();
     sample
 }

@@ -169,6 +169,36 @@ impl RouterProcess {
         cpu_seconds_of(&self.pid.to_string()).own
     }
 
+    /// The time its threads have spent ready to run but waiting for a
+    /// core, in seconds: the sum of `/proc/<pid>/task/*/schedstat`'s
+    /// `run_delay` over the threads alive now.
+    pub fn run_queue_seconds(&self) -> f64 {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return 0.0;
+        };
+        let nanos: u64 = tasks
+            .filter_map(Result::ok)
+            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+            .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        nanos as f64 / 1e9
+    }
+
+    /// The bytes it has had read from storage so far (`/proc/<pid>/io`'s
+    /// `read_bytes`): with every page it uses in the page cache, none.
+    pub fn disk_read_bytes(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/io", self.pid))
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("read_bytes: "))?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    }
+
     /// Its resident memory now, in KiB (`VmRSS`).
     pub fn rss_kib(&self) -> u64 {
         proc_status_kib(self.pid, "VmRSS:")
