@@ -3,7 +3,7 @@
 //! its manifest), starting it and waiting until it listens, its log, its
 //! memory, and stopping it (SIGTERM) or killing it (SIGKILL).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -184,19 +184,37 @@ impl RouterProcess {
         nanos as f64 / 1e9
     }
 
-    /// The bytes it has had read from storage so far (`/proc/<pid>/io`'s
-    /// `read_bytes`): with every page it uses in the page cache, none.
-    pub fn disk_read_bytes(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/io", self.pid))
-            .ok()
-            .and_then(|io| {
-                io.lines()
-                    .find_map(|l| l.strip_prefix("read_bytes: "))?
-                    .trim()
-                    .parse()
-                    .ok()
+    /// The bytes it has had read from storage so far (`read_bytes` of
+    /// `/proc/<pid>/io`): all of them, and those its SQLite checkpointer
+    /// thread read (ahead of the writer, off every request's path).
+    pub fn disk_read_bytes(&self) -> DiskReads {
+        let read = |io: &std::path::Path| -> u64 {
+            std::fs::read_to_string(io)
+                .ok()
+                .and_then(|io| {
+                    io.lines()
+                        .find_map(|l| l.strip_prefix("read_bytes: "))?
+                        .trim()
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or(0)
+        };
+        let proc = PathBuf::from(format!("/proc/{}", self.pid));
+        let checkpointer = std::fs::read_dir(proc.join("task"))
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter(|task| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.trim() == "surety-sqlite-c")
             })
-            .unwrap_or(0)
+            .map(|task| read(&task.path().join("io")))
+            .sum();
+        DiskReads {
+            all: read(&proc.join("io")),
+            checkpointer,
+        }
     }
 
     /// Its resident memory now, in KiB (`VmRSS`).
@@ -230,6 +248,14 @@ impl RouterProcess {
             .expect("its exit status")
             .code()
     }
+}
+
+/// Bytes a process has had read from storage (see
+/// [`RouterProcess::disk_read_bytes`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiskReads {
+    pub all: u64,
+    pub checkpointer: u64,
 }
 
 /// A `field` of `/proc/<pid>/status` in KiB; 0 where it cannot be read.
