@@ -32,6 +32,16 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The engine a database URL names (`sqlite:`, `postgres:` or
+    /// `postgresql:`), if any.
+    pub fn of_url(url: &str) -> Option<Backend> {
+        match url.split(':').next().unwrap_or_default() {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" | "postgresql" => Some(Backend::Postgres),
+            _ => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Backend::Sqlite => "sqlite",
@@ -281,10 +291,9 @@ impl Store {
     }
 
     pub async fn open_with(options: &StoreOptions) -> Result<Store, StoreError> {
-        let scheme = options.url.split(':').next().unwrap_or_default();
         let connections = options.max_connections.max(1);
-        let (engine, backend) = match scheme {
-            "sqlite" => {
+        let (engine, backend) = match Backend::of_url(&options.url) {
+            Some(Backend::Sqlite) => {
                 let (url, timeout) = (options.url.clone(), options.busy_timeout);
                 let writing = Checkpoints {
                     max_bytes: options.sqlite_max_bytes,
@@ -298,7 +307,7 @@ impl Store {
                 .map_err(|e| StoreError::not_committed(format!("opening SQLite: {e}")))??;
                 (Engine::Sqlite(lite), Backend::Sqlite)
             }
-            "postgres" | "postgresql" => {
+            Some(Backend::Postgres) => {
                 let pool = PgPoolOptions::new()
                     .max_connections(connections)
                     .acquire_timeout(options.acquire_timeout)
@@ -325,7 +334,10 @@ impl Store {
                     sql,
                 });
             }
-            other => return Err(StoreError::UnsupportedUrl(other.to_owned())),
+            None => {
+                let scheme = options.url.split(':').next().unwrap_or_default();
+                return Err(StoreError::UnsupportedUrl(scheme.to_owned()));
+            }
         };
         Ok(Store {
             engine,

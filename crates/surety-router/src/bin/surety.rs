@@ -115,8 +115,7 @@ async fn export(
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     let (config, log_format) = match Cli::parse().command {
         Command::Serve { config, log_format } => (config, log_format),
         Command::Cases {
@@ -128,7 +127,15 @@ async fn main() -> Result<()> {
                     outcome,
                     out,
                 },
-        } => return export(&config, &route, since.as_deref(), outcome, out.as_ref()).await,
+        } => {
+            return runtime(None)?.block_on(export(
+                &config,
+                &route,
+                since.as_deref(),
+                outcome,
+                out.as_ref(),
+            ));
+        }
     };
     let filter =
         || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
@@ -147,6 +154,26 @@ async fn main() -> Result<()> {
             .init(),
     }
     let config = read_config(&config)?;
+    runtime(Some(&config))?.block_on(serve(config))
+}
+
+/// The runtime: as many threads as `config` asks for on this machine
+/// ([`RouterConfig::runtime_workers`]), or as `TOKIO_WORKER_THREADS` says
+/// when it is set (the runtime reads it), or one per core.
+fn runtime(config: Option<&RouterConfig>) -> Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(config) = config
+        && std::env::var_os("TOKIO_WORKER_THREADS").is_none()
+    {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        builder.worker_threads(config.runtime_workers(cores));
+    }
+    builder.build().context("starting the runtime")
+}
+
+/// `surety serve`: until SIGINT or SIGTERM.
+async fn serve(config: RouterConfig) -> Result<()> {
     let state = AppState::from_config(&config).await?;
     let background = state.spawn_background();
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -198,3 +198,20 @@ fn the_listen_address_and_the_database_url_may_come_from_the_environment() {
     let neither = error_with("database = \"sqlite:surety.db\"", "");
     assert!(neither.contains("`server.database`: missing"), "{neither}");
 }
+
+#[test]
+fn the_runtime_leaves_sqlites_writer_a_core_and_postgresql_none() {
+    let sqlite = RouterConfig::from_toml(GOOD).unwrap();
+    let postgres = RouterConfig::from_toml(&GOOD.replace(
+        "sqlite:surety.db",
+        "postgres://postgres@127.0.0.1:5432/test",
+    ))
+    .unwrap();
+    let workers = |config: &RouterConfig| {
+        [1, 2, 8]
+            .map(|cores| config.runtime_workers(cores))
+            .to_vec()
+    };
+    assert_eq!(workers(&sqlite), [1, 1, 7]);
+    assert_eq!(workers(&postgres), [1, 2, 8]);
+}
