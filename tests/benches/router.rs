@@ -381,10 +381,11 @@ async fn run() {
                 counter.clone(),
             )
             .await;
+            let direct_late = direct.lateness();
             let mut cell = json!({
                 "engine": name, "load": label,
                 "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.count,
-                    "host_wake_up_late_us": {"p50": direct.lateness().0, "p99": direct.lateness().1, "max": direct.lateness().2, "n": direct.late.len()}},
+                    "host_wake_up_late_us": {"p50": direct_late.0, "p99": direct_late.1, "max": direct_late.2, "n": direct.late.len()}},
             });
             for (build, m) in builds.iter().zip(&measured) {
                 let through = &m.sample;
@@ -406,7 +407,7 @@ async fn run() {
                 );
                 if !through.late.is_empty() {
                     let (p50, p99, max) = through.lateness();
-                    let (_, direct_p99, _) = direct.lateness();
+                    let (_, direct_p99, _) = direct_late;
                     println!(
                         "{:<11} {name:<9} {label:<14} the router read {:.0} bytes per job from the disk (and its checkpointer {:.0} ahead of it); its threads waited {:.0} µs per job for a core; a 1 ms sleep woke late by p50 {p50} µs, p99 {p99}, max {max} (while the upstream alone was driven: p99 {direct_p99})",
                         build.name,

@@ -123,8 +123,6 @@ macro_rules! surety_snapshot {
     };
 }
 
-/// The default PostgreSQL of the project's machines.
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
     Sqlite,

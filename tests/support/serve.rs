@@ -188,18 +188,7 @@ impl RouterProcess {
     /// `/proc/<pid>/io`): all of them, and those its SQLite checkpointer
     /// thread read (ahead of the writer, off every request's path).
     pub fn disk_read_bytes(&self) -> DiskReads {
-        let read = |io: &std::path::Path| -> u64 {
-            std::fs::read_to_string(io)
-                .ok()
-                .and_then(|io| {
-                    io.lines()
-                        .find_map(|l| l.strip_prefix("read_bytes: "))?
-                        .trim()
-                        .parse()
-                        .ok()
-                })
-                .unwrap_or(0)
-        };
+        let read = |io: &Path| proc_number(io, "read_bytes:");
         let proc = PathBuf::from(format!("/proc/{}", self.pid));
         let checkpointer = std::fs::read_dir(proc.join("task"))
             .into_iter()
@@ -260,11 +249,16 @@ pub struct DiskReads {
 
 /// A `field` of `/proc/<pid>/status` in KiB; 0 where it cannot be read.
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    proc_number(Path::new(&format!("/proc/{pid}/status")), field)
+}
+
+/// The number after `field` on its line of a `/proc` file (`VmRSS:  1234
+/// kB`, `read_bytes: 5678`); 0 where it cannot be read.
+fn proc_number(file: &Path, field: &str) -> u64 {
+    std::fs::read_to_string(file)
         .ok()
-        .and_then(|status| {
-            status
-                .lines()
+        .and_then(|text| {
+            text.lines()
                 .find(|l| l.starts_with(field))?
                 .split_whitespace()
                 .nth(1)?

@@ -319,7 +319,8 @@ impl Sqlite {
         let (writer, queue) = mpsc::channel();
         let checkpointing = Arc::new(Mutex::new(()));
         let page_size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
-        let ahead = WalAhead::new(wal_path(&path), page_size);
+        let wal = wal_path(&path);
+        let ahead = WalAhead::new(wal.clone(), page_size);
         let spawn = |name: &str, work: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.to_owned())
@@ -335,7 +336,7 @@ impl Sqlite {
             committed,
             readers_gate: std::sync::RwLock::new(()),
             checkpointing: checkpointing.clone(),
-            wal: wal_path(&path),
+            wal,
             wal_limit: checkpoints.wal_limit,
         });
         // Weak: the checkpointer ends with the store, when the last commit
