@@ -5,7 +5,11 @@
 //! by `wrk` (a second process, in C: the load costs the two cores far less
 //! than the router, as when the issue measured surety); open loop at fixed
 //! rates, in process. Every job is durable before the provider call and the
-//! client waits for the answer (`Prefer: wait`). Figures go to stdout and,
+//! client waits for the answer (`Prefer: wait`). Each cell also drives a
+//! proxy that keeps nothing (`surety-null-proxy`: the router's HTTP stack,
+//! runtime size and allocator, forwarding bytes), so what the router adds
+//! beyond what any proxy adds on this machine is measured in the same run,
+//! however the host's speed drifts. Figures go to stdout and,
 //! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).
 //! `SURETY_BENCH_SECS` sets a cell's length; `SURETY_BENCH_ENGINES` and
 //! `SURETY_BENCH_CELLS` (comma-separated engine names and load labels)
@@ -344,6 +348,16 @@ async fn run() {
         if routers.len() < builds.len() {
             continue;
         }
+        // The floor: a proxy that keeps nothing, built and sized as the
+        // router is, on the same machine, to the same upstream (its config
+        // is the first router's, so its runtime is sized for this engine).
+        let proxy = RouterProcess::start_with(
+            Path::new(env!("CARGO_BIN_EXE_surety-null-proxy")),
+            routers[0].1.path(),
+            &[],
+            "warn",
+        )
+        .await;
         let counter = Arc::new(AtomicU64::new(0));
         for (label, load) in loads {
             let mut measured: Vec<Measured> = builds
@@ -353,6 +367,9 @@ async fn run() {
                     cpu: Cpu::default(),
                 })
                 .collect();
+            // The proxy that keeps nothing, driven in each round after the
+            // builds, so the machine's drift weighs on it as on them.
+            let (mut floor, mut floor_cpu) = (Sample::empty(), 0.0);
             // Compared builds alternate, ABAB, so a drift of the machine
             // weighs on both alike.
             for _round in 0..if comparing { 2 } else { 1 } {
@@ -373,6 +390,16 @@ async fn run() {
                     }
                     m.sample.merge(round);
                 }
+                let cpu_before = proxy.cpu_seconds();
+                let round = drive(
+                    &client,
+                    load,
+                    Target::Direct(format!("{}/v1", proxy.base)),
+                    counter.clone(),
+                )
+                .await;
+                floor_cpu += proxy.cpu_seconds() - cpu_before;
+                floor.merge(round);
             }
             let direct = drive(
                 &client,
@@ -382,11 +409,27 @@ async fn run() {
             )
             .await;
             let direct_late = direct.lateness();
+            let floor_cpu_per_job = floor_cpu * 1e6 / floor.count.max(1) as f64;
+            let floor_added = floor.pct(0.99) - direct.pct(0.99);
+            println!(
+                "{:<11} {name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2} {:>10.0}",
+                "null-proxy",
+                floor.rate(),
+                floor.pct(0.5),
+                floor.pct(0.99),
+                direct.rate(),
+                direct.pct(0.5),
+                direct.pct(0.99),
+                floor_added,
+                floor_cpu_per_job,
+            );
             let mut cell = json!({
                 "engine": name, "load": label,
                 "direct": {"per_s": direct.rate(), "p50_ms": direct.pct(0.5), "p99_ms": direct.pct(0.99), "n": direct.count,
                     "host_wake_up_late_us": {"p50": direct_late.0, "p99": direct_late.1, "max": direct_late.2, "n": direct.late.len()}},
             });
+            cell["null_proxy"] = json!({"per_s": floor.rate(), "p50_ms": floor.pct(0.5), "p99_ms": floor.pct(0.99), "n": floor.count,
+                "added_p99_ms": floor_added, "cpu_per_job_us": floor_cpu_per_job, "host_wake_up_late_us": {"p99": floor.lateness().1, "n": floor.late.len()}});
             for (build, m) in builds.iter().zip(&measured) {
                 let through = &m.sample;
                 let added = through.pct(0.99) - direct.pct(0.99);
@@ -416,6 +459,13 @@ async fn run() {
                         m.per_job_us(m.cpu.router_waiting),
                     );
                 }
+                println!(
+                    "{:<11} {name:<9} {label:<14} beyond the proxy that keeps nothing, the router adds p50 {:.2} ms, p99 {:.2} ms, {:.0} µs of CPU per job",
+                    build.name,
+                    through.pct(0.5) - floor.pct(0.5),
+                    through.pct(0.99) - floor.pct(0.99),
+                    m.cpu_per_job_us() - floor_cpu_per_job,
+                );
                 if through.shed > 0 {
                     println!(
                         "{:<11} {name:<9} {label:<14} {} requests shed (429): this rate is past what the router serves here",
@@ -432,6 +482,8 @@ async fn run() {
                 if key == "router" {
                     // The fields earlier reports had at the top of a cell.
                     cell["added_p99_ms"] = json!(added);
+                    cell["added_p99_beyond_null_proxy_ms"] =
+                        json!(through.pct(0.99) - floor.pct(0.99));
                     cell["router_cpu_per_job_us"] = json!(m.cpu_per_job_us());
                 }
             }
@@ -456,6 +508,7 @@ async fn run() {
             );
             cells.push(json!({"engine": name, "build": build.name, "router_rss_kib": rss}));
         }
+        proxy.kill().await;
         let mut dbs = Vec::new();
         for (router, _, db) in routers {
             router.kill().await;
