@@ -104,6 +104,21 @@ impl Sample {
     }
 }
 
+/// A row's columns from rate to added p99: `through`'s rate, p50 and p99,
+/// the upstream's alone (`direct`), and the p99 `through` adds to it.
+fn beside(through: &Sample, direct: &Sample) -> String {
+    format!(
+        "{:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2}",
+        through.rate(),
+        through.pct(0.5),
+        through.pct(0.99),
+        direct.rate(),
+        direct.pct(0.5),
+        direct.pct(0.99),
+        through.pct(0.99) - direct.pct(0.99),
+    )
+}
+
 /// The `q` quantile of `values` (0 when there are none).
 fn quantile(values: &[u64], q: f64) -> u64 {
     let mut v = values.to_vec();
@@ -412,16 +427,9 @@ async fn run() {
             let floor_cpu_per_job = floor_cpu * 1e6 / floor.count.max(1) as f64;
             let floor_added = floor.pct(0.99) - direct.pct(0.99);
             println!(
-                "{:<11} {name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2} {:>10.0}",
+                "{:<11} {name:<9} {label:<14} {} {floor_cpu_per_job:>10.0}",
                 "null-proxy",
-                floor.rate(),
-                floor.pct(0.5),
-                floor.pct(0.99),
-                direct.rate(),
-                direct.pct(0.5),
-                direct.pct(0.99),
-                floor_added,
-                floor_cpu_per_job,
+                beside(&floor, &direct),
             );
             let mut cell = json!({
                 "engine": name, "load": label,
@@ -439,15 +447,9 @@ async fn run() {
                 let through = &m.sample;
                 let added = through.pct(0.99) - direct.pct(0.99);
                 println!(
-                    "{:<11} {name:<9} {label:<14} {:>10.0} {:>8.2} {:>8.2} {:>10.0} {:>8.2} {:>8.2} {:>10.2} {:>10.0} {:>8.0} {:>8.0} {:>8.0}",
+                    "{:<11} {name:<9} {label:<14} {} {:>10.0} {:>8.0} {:>8.0} {:>8.0}",
                     build.name,
-                    through.rate(),
-                    through.pct(0.5),
-                    through.pct(0.99),
-                    direct.rate(),
-                    direct.pct(0.5),
-                    direct.pct(0.99),
-                    added,
+                    beside(through, &direct),
                     m.cpu_per_job_us(),
                     m.per_job_us(m.cpu.postgres),
                     m.per_job_us(m.cpu.bench),

@@ -10,9 +10,8 @@
 //! proxy stands on there. It is built as the router is, so the difference
 //! is the router's own work: the same HTTP server and client (hyper under
 //! axum, an HTTP/1.1 connection task per client, `TCP_NODELAY`, the accept
-//! loop on the main thread; reqwest with a pool), the same runtime size
-//! (`RouterConfig::runtime_workers`, or `TOKIO_WORKER_THREADS`), the same
-//! allocator.
+//! loop on the main thread; reqwest with a pool), the same runtime (built
+//! by `RouterConfig::runtime`), the same allocator.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,13 +64,8 @@ fn main() -> Result<()> {
             .build()?,
         url: format!("{}/chat/completions", provider.base_url).into(),
     };
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        runtime.worker_threads(config.runtime_workers(cores));
-    }
-    runtime.build()?.block_on(serve(config.listen, upstream))
+    // The router's own runtime, sized as it sizes it.
+    config.runtime()?.block_on(serve(config.listen, upstream))
 }
 
 /// Accepts connections on `listen` and serves each on a task of its own.

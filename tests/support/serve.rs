@@ -173,12 +173,9 @@ impl RouterProcess {
     /// core, in seconds: the sum of `/proc/<pid>/task/*/schedstat`'s
     /// `run_delay` over the threads alive now.
     pub fn run_queue_seconds(&self) -> f64 {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
-            return 0.0;
-        };
-        let nanos: u64 = tasks
-            .filter_map(Result::ok)
-            .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        let nanos: u64 = self
+            .threads()
+            .filter_map(|task| std::fs::read_to_string(task.join("schedstat")).ok())
             .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
             .sum();
         nanos as f64 / 1e9
@@ -189,21 +186,27 @@ impl RouterProcess {
     /// thread read (ahead of the writer, off every request's path).
     pub fn disk_read_bytes(&self) -> DiskReads {
         let read = |io: &Path| proc_number(io, "read_bytes:");
-        let proc = PathBuf::from(format!("/proc/{}", self.pid));
-        let checkpointer = std::fs::read_dir(proc.join("task"))
+        let checkpointer = self
+            .threads()
+            .filter(|task| {
+                std::fs::read_to_string(task.join("comm"))
+                    .is_ok_and(|comm| comm.trim() == "surety-sqlite-c")
+            })
+            .map(|task| read(&task.join("io")))
+            .sum();
+        DiskReads {
+            all: read(Path::new(&format!("/proc/{}/io", self.pid))),
+            checkpointer,
+        }
+    }
+
+    /// Its threads alive now, as their `/proc/<pid>/task/<tid>` directories.
+    fn threads(&self) -> impl Iterator<Item = PathBuf> {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid))
             .into_iter()
             .flatten()
             .filter_map(Result::ok)
-            .filter(|task| {
-                std::fs::read_to_string(task.path().join("comm"))
-                    .is_ok_and(|comm| comm.trim() == "surety-sqlite-c")
-            })
-            .map(|task| read(&task.path().join("io")))
-            .sum();
-        DiskReads {
-            all: read(&proc.join("io")),
-            checkpointer,
-        }
+            .map(|task| task.path())
     }
 
     /// Its resident memory now, in KiB (`VmRSS`).

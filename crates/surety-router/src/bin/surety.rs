@@ -128,7 +128,11 @@ fn main() -> Result<()> {
                     out,
                 },
         } => {
-            return runtime(None)?.block_on(export(
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
+            return runtime.block_on(export(
                 &config,
                 &route,
                 since.as_deref(),
@@ -154,22 +158,8 @@ fn main() -> Result<()> {
             .init(),
     }
     let config = read_config(&config)?;
-    runtime(Some(&config))?.block_on(serve(config))
-}
-
-/// The runtime: as many threads as `config` asks for on this machine
-/// ([`RouterConfig::runtime_workers`]), or as `TOKIO_WORKER_THREADS` says
-/// when it is set (the runtime reads it), or one per core.
-fn runtime(config: Option<&RouterConfig>) -> Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if let Some(config) = config
-        && std::env::var_os("TOKIO_WORKER_THREADS").is_none()
-    {
-        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        builder.worker_threads(config.runtime_workers(cores));
-    }
-    builder.build().context("starting the runtime")
+    let runtime = config.runtime().context("starting the runtime")?;
+    runtime.block_on(serve(config))
 }
 
 /// `surety serve`: until SIGINT or SIGTERM.

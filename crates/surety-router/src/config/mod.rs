@@ -147,13 +147,26 @@ impl RouterConfig {
     /// ×1.09–1.12 jobs/s at 16 and 64 clients and ×0.82–0.87 of the
     /// router's CPU per job on SQLite, but ×0.93–0.98 jobs/s on
     /// PostgreSQL, whose commits run in its own server.
-    /// `TOKIO_WORKER_THREADS`, when set, overrides this (the binary leaves
-    /// it to the runtime).
+    /// `TOKIO_WORKER_THREADS`, when set, overrides this
+    /// ([`RouterConfig::runtime`] leaves it to the runtime).
     pub fn runtime_workers(&self, cores: usize) -> usize {
         match surety_store::Backend::of_url(&self.database) {
             Some(surety_store::Backend::Sqlite) => cores.saturating_sub(1).max(1),
             Some(surety_store::Backend::Postgres) | None => cores.max(1),
         }
+    }
+
+    /// The runtime `surety serve` runs on: [`RouterConfig::runtime_workers`]
+    /// threads for this machine's cores, unless `TOKIO_WORKER_THREADS` is
+    /// set (the runtime reads it then).
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.enable_all();
+        if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+            let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+            builder.worker_threads(self.runtime_workers(cores));
+        }
+        builder.build()
     }
 }
 
