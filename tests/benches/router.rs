@@ -6,8 +6,8 @@
 //! than the router, as when the issue measured surety); open loop at fixed
 //! rates, in process. Every job is durable before the provider call and the
 //! client waits for the answer (`Prefer: wait`). Each cell also drives a
-//! proxy that keeps nothing (`surety-null-proxy`: the router's HTTP stack,
-//! runtime size and allocator, forwarding bytes), so what the router adds
+//! proxy that keeps nothing (`surety-null-proxy`: the router's accept loop,
+//! provider client, runtime and allocator, forwarding bytes), so what the router adds
 //! beyond what any proxy adds on this machine is measured in the same run,
 //! however the host's speed drifts. Figures go to stdout and,
 //! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).

@@ -7,24 +7,20 @@
 //! first provider of the config's first route, answering with what came
 //! back. No key, no job, no database, no check, not even a parse: what it
 //! adds on the same machine, beside what the router adds, is what any
-//! proxy stands on there. It is built as the router is, so the difference
-//! is the router's own work: the same HTTP server and client (hyper under
-//! axum, an HTTP/1.1 connection task per client, `TCP_NODELAY`, the accept
-//! loop on the main thread; reqwest with a pool), the same runtime (built
-//! by `RouterConfig::runtime`), the same allocator.
+//! proxy stands on there. It is built of the router's own pieces, so the
+//! difference is the router's own work: its accept loop
+//! (`surety_router::accept_until`, on the main thread, with
+//! the config's connection limit and header timeout), its provider client
+//! (`surety_providers::pooled_client`), its runtime
+//! (`RouterConfig::runtime`) and its allocator.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -56,54 +52,38 @@ fn main() -> Result<()> {
         .and_then(|id| config.providers.get(id))
         .context("the config names no route with a provider")?;
     let upstream = Upstream {
-        // As the router's provider client is built (`surety_providers::http`).
-        client: reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(config.settings.attempt_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()?,
+        client: surety_providers::pooled_client(provider)?,
         url: format!("{}/chat/completions", provider.base_url).into(),
     };
     // The router's own runtime, sized as it sizes it.
-    config.runtime()?.block_on(serve(config.listen, upstream))
-}
-
-/// Accepts connections on `listen` and serves each on a task of its own.
-async fn serve(listen: SocketAddr, upstream: Upstream) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    eprintln!("surety serving addr={}", listener.local_addr()?);
-    let app = axum::Router::new()
-        .fallback(axum::routing::post(forward))
-        .with_state(upstream);
-    let builder = http1::Builder::new();
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let _ = stream.set_nodelay(true);
-        let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-    }
+    config.runtime()?.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        eprintln!("surety serving addr={}", listener.local_addr()?);
+        let app = axum::Router::new()
+            .fallback(axum::routing::post(forward))
+            .with_state(upstream);
+        let listening = config.settings.listening;
+        // Until the benchmark kills it.
+        let shutdown = std::future::pending();
+        surety_router::accept_until(listener, app, listening, shutdown).await;
+        Ok(())
+    })
 }
 
 /// The body, sent on as it came; the answer, back as it came.
 async fn forward(State(upstream): State<Upstream>, body: Bytes) -> Response {
-    let sent = upstream
-        .client
-        .post(&*upstream.url)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await;
-    let answered = match sent {
-        Ok(answer) => {
-            let status = answer.status();
-            answer.bytes().await.map(|bytes| (status, bytes))
-        }
-        Err(e) => Err(e),
+    let answered = async {
+        let answer = upstream
+            .client
+            .post(&*upstream.url)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await?;
+        let status = answer.status();
+        Ok::<_, reqwest::Error>((status, answer.bytes().await?))
     };
-    match answered {
+    match answered.await {
         Ok((status, bytes)) => {
             (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
         }

@@ -91,27 +91,33 @@ impl Visitor<'_> for IsError {
     }
 }
 
+/// The pooled HTTP client every call to `config`'s provider goes through:
+/// its connect and request timeouts, idle connections kept 30 s.
+pub fn pooled_client(config: &crate::ProviderConfig) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .connect_timeout(config.connect_timeout)
+        .timeout(config.request_timeout)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()
+}
+
 impl HttpClient {
     /// The client of the provider `config`, carrying its key.
     pub(crate) fn for_provider(
         config: &crate::ProviderConfig,
         key: Option<Secret>,
     ) -> Result<HttpClient, crate::ConfigError> {
-        HttpClient::new(
-            &config.id,
-            config.connect_timeout,
-            config.request_timeout,
-            key,
-        )
-        .map(|client| HttpClient {
-            max_body: config.max_response_bytes,
-            ..client
-        })
-        .map_err(|e| {
+        let client = pooled_client(config).map_err(|e| {
             crate::ConfigError::at(
                 format!("providers.{}", config.id),
                 format!("cannot build an HTTP client: {e}"),
             )
+        })?;
+        Ok(HttpClient {
+            client,
+            provider: config.id.clone(),
+            secret: key,
+            max_body: config.max_response_bytes,
         })
     }
 
@@ -126,25 +132,6 @@ impl HttpClient {
                 format!("providers.{}.base_url", config.id),
                 format!("`{}{path}` is not a URL: {e}", config.base_url),
             )
-        })
-    }
-
-    pub(crate) fn new(
-        provider: &str,
-        connect_timeout: Duration,
-        request_timeout: Duration,
-        secret: Option<Secret>,
-    ) -> Result<HttpClient, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .timeout(request_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()?;
-        Ok(HttpClient {
-            client,
-            provider: provider.to_owned(),
-            secret,
-            max_body: DEFAULT_MAX_BODY,
         })
     }
 

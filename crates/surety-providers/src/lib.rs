@@ -32,6 +32,7 @@ pub use config::{
     build_provider_with,
 };
 pub use failure::{FailureClass, FailureKind, Finish, ProviderError};
+pub use http::pooled_client;
 pub use secret::Secret;
 
 /// A boxed future, so that providers can sit behind `dyn Provider`.

@@ -31,6 +31,7 @@ mod ui;
 
 pub use app::{app, serve};
 pub use config::{ApiKey, Listening, RouterConfig};
+pub use http::listen::accept_until;
 pub use http::{DEDUPLICATION, MAX_HEADER_BYTES, MAX_REQUEST_ID, PROMPT_CERTIFIED, REQUEST_ID};
 pub use live::export_cases;
 pub use state::{AppState, Inner};

@@ -26,7 +26,7 @@ pub struct Peer(pub std::net::IpAddr);
 
 /// Accepts connections on `listener` and serves `app` on each until
 /// `shutdown` completes; returns the handle that closes them.
-pub(crate) async fn accept_until(
+pub async fn accept_until(
     listener: tokio::net::TcpListener,
     app: Router,
     listening: Listening,
