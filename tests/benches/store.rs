@@ -114,6 +114,7 @@ fn new_job(n: u64) -> NewJob {
         hedgeable: false,
         kind: surety_store::JobKind::Native,
         messages: None,
+        request: None,
         fingerprint: None,
     }
 }

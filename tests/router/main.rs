@@ -10,6 +10,7 @@ mod faults;
 mod harness;
 mod live;
 mod operator;
+mod responses;
 mod scenarios;
 mod sdk;
 mod snapshots;
@@ -67,6 +68,14 @@ mod openai_sdk {
         the_official_openai_sdk_gets_its_answer_once,
         the_sdks_idempotency_hook_makes_its_own_retries_one_job,
         the_official_openai_sdk_gets_a_certified_tool_call_once,
+    );
+}
+
+mod openai_responses {
+    surety_tests::both_engines!(responses:
+        the_official_sdks_responses_get_their_answer_once,
+        the_official_sdks_responses_get_a_certified_function_call_once,
+        a_conversation_by_previous_response_id_survives_a_failover_to_another_kind,
     );
 }
 

@@ -66,13 +66,13 @@ print(json.dumps(seen))
 "#;
 
 /// The SDK's Python, or `None` (loudly) outside CI when it is not installed.
-fn sdk_python() -> Option<String> {
+pub fn sdk_python() -> Option<String> {
     surety_tests::require("SURETY_OPENAI_SDK_PYTHON", "the OpenAI SDK")
 }
 
 /// Runs a client `script` under the SDK's Python with `env`; what it
 /// printed, as JSON. A script that fails fails the test with its stderr.
-async fn run_client(python: &str, script: &str, env: &[(&str, &str)]) -> Value {
+pub async fn run_client(python: &str, script: &str, env: &[(&str, &str)]) -> Value {
     let output = tokio::process::Command::new(python)
         .args(["-c", script])
         .envs(env.iter().copied())

@@ -62,7 +62,7 @@ pub async fn support_router_with(
 
 /// A router with `routes` and `providers` (id, kind, fake), each certified
 /// for `contract`.
-async fn certified_router(
+pub async fn certified_router(
     db: &TestDb,
     providers: &[(&str, &str, &FakeProvider)],
     contract_id: &str,

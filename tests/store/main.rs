@@ -74,6 +74,7 @@ async fn a_full_sqlite_refuses_new_jobs_loses_nothing_and_recovers_when_room_ret
         hedgeable: false,
         kind: surety_store::JobKind::Native,
         messages: None,
+        request: None,
         fingerprint: None,
     };
     let start = StartAttempt {

@@ -462,6 +462,7 @@ impl Sut {
                     hedgeable: ROUTES[route as usize] == "detect",
                     kind: surety_store::JobKind::Native,
                     messages: None,
+                    request: None,
                     fingerprint: None,
                 };
                 match self

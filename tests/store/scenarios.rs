@@ -30,6 +30,7 @@ fn new_job(owner_name: &str, key: &str, input: Value) -> NewJob {
         hedgeable: false,
         kind: surety_store::JobKind::Native,
         messages: None,
+        request: None,
         fingerprint: None,
     }
 }
@@ -41,6 +42,7 @@ fn hedgeable_job(owner_name: &str, key: &str, input: Value) -> NewJob {
         hedgeable: true,
         kind: surety_store::JobKind::Native,
         messages: None,
+        request: None,
         ..new_job(owner_name, key, input)
     }
 }

@@ -186,6 +186,7 @@ pub async fn an_attempt_at_a_provider_demoted_since_its_certification_is_refused
         hedgeable: true,
         kind: surety_store::JobKind::Native,
         messages: None,
+        request: None,
         fingerprint: None,
     };
     let at = |provider: &str, slot, trust: Option<Trust>| StartAttempt {

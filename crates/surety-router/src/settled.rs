@@ -207,6 +207,7 @@ mod tests {
             completion: None,
             kind: surety_store::JobKind::Native,
             messages: None,
+            request: None,
         };
         let attempt = |ordinal, state| Attempt {
             job_id: id.clone(),

@@ -58,6 +58,7 @@ fn new_job(owner: &str, key: &str, input: serde_json::Value) -> NewJob {
         input,
         kind: JobKind::Native,
         messages: None,
+        request: None,
         hedgeable: true,
         fingerprint: None,
     }
@@ -473,7 +474,7 @@ fn swap_args(n: usize) -> String {
 /// The types of `insert_jobs_and_attempts`'s parameters, and values for `n`
 /// new jobs.
 const INSERT_TYPES: &str = "text[], text[], text[], text[], text[], text[], text[], text[], \
-     int8[], text[], text[], text[], int8[], text[], int8[]";
+     int8[], text[], text[], text[], text[], int8[], text[], int8[]";
 fn insert_args(n: usize) -> String {
     let texts = |value: &str| array(n, "text[]", |i| format!("'{value}{i}'"));
     let ints = || array(n, "int8[]", |_| "0".to_owned());
@@ -488,6 +489,7 @@ fn insert_args(n: usize) -> String {
         texts("fingerprint"),
         ints(),
         texts("native"),
+        array(n, "text[]", |_| "NULL".to_owned()),
         array(n, "text[]", |_| "NULL".to_owned()),
         texts("provider"),
         ints(),

@@ -43,6 +43,9 @@ pub struct NewJob {
     /// `input`: the client's own messages (a chat job on an output-only
     /// route), as `[{"role": ..., "content": ...}]`.
     pub messages: Option<Value>,
+    /// The request the job was created from, when its dialect needs it
+    /// back later (a Responses job's body): kept as sent, never changed.
+    pub request: Option<Value>,
     /// The contract declares `side_effects = "none"`, so a hedging attempt is allowed.
     pub hedgeable: bool,
     pub fingerprint: Option<Fingerprint>,
@@ -85,6 +88,8 @@ pub struct Job {
     pub kind: JobKind,
     /// See [`NewJob::messages`].
     pub messages: Option<Value>,
+    /// See [`NewJob::request`].
+    pub request: Option<Value>,
 }
 
 /// How a job was asked for: recorded with it, never guessed from its input.
@@ -96,6 +101,10 @@ pub enum JobKind {
     /// from the client's messages, or (output-only) the whole request, with
     /// its messages kept in `messages`.
     Chat,
+    /// `POST /v1/responses`: as a chat job, with the whole conversation
+    /// (earlier responses' items, then its own input) in `messages` on an
+    /// output-only route, and its body in `request`.
+    Responses,
 }
 
 impl JobKind {
@@ -103,6 +112,7 @@ impl JobKind {
         match self {
             JobKind::Native => "native",
             JobKind::Chat => "chat",
+            JobKind::Responses => "responses",
         }
     }
 
@@ -110,6 +120,7 @@ impl JobKind {
         match text {
             "native" => Some(JobKind::Native),
             "chat" => Some(JobKind::Chat),
+            "responses" => Some(JobKind::Responses),
             _ => None,
         }
     }

@@ -76,8 +76,8 @@ pub(crate) async fn create<C: Conn>(
     let new = &insert.new;
     if let (Some(first), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt) {
         // One statement where the engine can: no transaction to open.
-        let (input, messages) = job_texts(new);
-        let mut params = job_params(insert, &input, messages.as_deref());
+        let texts = job_texts(new);
+        let mut params = job_params(insert, &texts);
         let (contract, certified_at) = trust_params(first);
         params.extend([
             Text(&first.provider),
@@ -100,8 +100,8 @@ pub(crate) async fn create<C: Conn>(
         Some(_) => JobState::Running,
         None => JobState::Queued,
     };
-    let (input, messages) = job_texts(new);
-    let mut params = job_params(insert, &input, messages.as_deref());
+    let texts = job_texts(new);
+    let mut params = job_params(insert, &texts);
     params.push(Text(state.as_str()));
     let inserted = write_returning(c, &sql.insert_job, &params).await?;
     if let Some(row) = inserted {
@@ -165,8 +165,7 @@ pub(crate) async fn create_many<C: Conn>(
         let (a, b) = (&inserts[a].new, &inserts[b].new);
         (&a.owner.0, a.key.as_str()).cmp(&(&b.owner.0, b.key.as_str()))
     });
-    let texts: Vec<(String, Option<String>)> =
-        order.iter().map(|&i| job_texts(&inserts[i].new)).collect();
+    let texts: Vec<JobTexts> = order.iter().map(|&i| job_texts(&inserts[i].new)).collect();
     let column = |f: &dyn Fn(&Insert) -> &str| -> Vec<&str> {
         order.iter().map(|&i| f(&inserts[i])).collect()
     };
@@ -182,8 +181,9 @@ pub(crate) async fn create_many<C: Conn>(
         column(&|i| i.fingerprint.as_str()),
         column(&|i| i.new.kind.as_str()),
     );
-    let inputs: Vec<&str> = texts.iter().map(|(input, _)| input.as_str()).collect();
-    let messages: Vec<Option<&str>> = texts.iter().map(|(_, m)| m.as_deref()).collect();
+    let inputs: Vec<&str> = texts.iter().map(|t| t.input.as_str()).collect();
+    let messages: Vec<Option<&str>> = texts.iter().map(|t| t.messages.as_deref()).collect();
+    let requests: Vec<Option<&str>> = texts.iter().map(|t| t.request.as_deref()).collect();
     let hedgeable: Vec<i64> = order
         .iter()
         .map(|&i| i64::from(inserts[i].new.hedgeable))
@@ -210,6 +210,7 @@ pub(crate) async fn create_many<C: Conn>(
         Param::Ints(&hedgeable),
         Param::Texts(&kinds),
         Param::OptTexts(&messages),
+        Param::OptTexts(&requests),
         Param::Texts(&providers),
         Param::Ints(&leases),
         Param::OptTexts(&trusted),
@@ -287,16 +288,24 @@ pub(crate) async fn find<C: Conn>(
     }))
 }
 
-/// A new job's input and messages as JSON text.
-fn job_texts(new: &NewJob) -> (String, Option<String>) {
-    (
-        new.input.to_string(),
-        new.messages.as_ref().map(Value::to_string),
-    )
+/// A new job's input, messages and request as JSON text.
+struct JobTexts {
+    input: String,
+    messages: Option<String>,
+    request: Option<String>,
 }
 
-/// The first parameters of `insert_job`, with the input and messages as JSON text.
-fn job_params<'a>(insert: &'a Insert, input: &'a str, messages: Option<&'a str>) -> Vec<Param<'a>> {
+fn job_texts(new: &NewJob) -> JobTexts {
+    JobTexts {
+        input: new.input.to_string(),
+        messages: new.messages.as_ref().map(Value::to_string),
+        request: new.request.as_ref().map(Value::to_string),
+    }
+}
+
+/// The first parameters of `insert_job`, with the input, messages and
+/// request as JSON text.
+fn job_params<'a>(insert: &'a Insert, texts: &'a JobTexts) -> Vec<Param<'a>> {
     let new = &insert.new;
     vec![
         Text(&insert.id.0),
@@ -305,11 +314,12 @@ fn job_params<'a>(insert: &'a Insert, input: &'a str, messages: Option<&'a str>)
         Text(&new.route),
         Text(&new.contract),
         Text(&new.contract_digest),
-        Text(input),
+        Text(&texts.input),
         Text(insert.fingerprint.as_str()),
         Int(i64::from(new.hedgeable)),
         Text(new.kind.as_str()),
-        OptText(messages),
+        OptText(texts.messages.as_deref()),
+        OptText(texts.request.as_deref()),
     ]
 }
 
@@ -1051,7 +1061,7 @@ fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
 }
 
 /// How many columns `sql::JOB_COLUMNS` lists.
-const JOB_COLUMNS: usize = 18;
+const JOB_COLUMNS: usize = 19;
 
 /// A job from a row of `sql::JOB_COLUMNS`, in their order.
 fn job_from(row: &[Val]) -> Result<Job, StoreError> {
@@ -1082,6 +1092,10 @@ fn job_from(row: &[Val]) -> Result<Job, StoreError> {
         messages: get(17, "messages")?
             .opt_text("messages")?
             .map(|text| parse_json("messages", &text))
+            .transpose()?,
+        request: get(18, "request")?
+            .opt_text("request")?
+            .map(|text| parse_json("request", &text))
             .transpose()?,
     })
 }

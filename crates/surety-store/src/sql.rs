@@ -105,7 +105,7 @@ const PRUNABLE: &str = "SELECT id FROM jobs \
 
 const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contract_digest, input, \
      fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms, completion, \
-     kind, messages";
+     kind, messages, request";
 
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
      lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
@@ -173,7 +173,7 @@ impl Sql {
                 .replace("{a.attempt_columns}", &qualified("a", ATTEMPT_COLUMNS))
                 .replace("{open}", OPEN)
                 .replace("{demoted_4_7_8}", &demoted(4, 7, 8))
-                .replace("{demoted_12_14_15}", &demoted(12, 14, 15));
+                .replace("{demoted_13_15_16}", &demoted(13, 15, 16));
             match backend {
                 Backend::Postgres => filled,
                 Backend::Sqlite => numbered_params(&filled),
@@ -208,9 +208,9 @@ impl Sql {
         Sql {
             insert_job: returning(
                 "INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, contract_digest, \
-                     input, fingerprint, hedgeable, kind, messages, state, version, created_at_ms, \
-                     updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0, {now}, {now}) \
+                     input, fingerprint, hedgeable, kind, messages, request, state, version, \
+                     created_at_ms, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, {now}, {now}) \
                  ON CONFLICT (owner_id, idempotency_key) DO NOTHING",
                 "{job_columns}",
                 "FROM jobs WHERE rowid = last_insert_rowid() AND id = $1",
@@ -228,16 +228,18 @@ impl Sql {
                     "WITH input AS ( \
                          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
                              $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], \
-                             $11::text[], $12::text[], $13::int8[], $14::text[], $15::int8[]) \
+                             $11::text[], $12::text[], $13::text[], $14::int8[], $15::text[], \
+                             $16::int8[]) \
                              WITH ORDINALITY AS i(id, owner_id, idempotency_key, route, contract, \
                                  contract_digest, input, fingerprint, hedgeable, kind, messages, \
-                                 provider, lease, trusted_contract, certified_at_ms, n)), \
+                                 request, provider, lease, trusted_contract, certified_at_ms, n)), \
                      job AS ( \
                          INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
-                             contract_digest, input, fingerprint, hedgeable, kind, messages, state, \
-                             version, created_at_ms, updated_at_ms) \
+                             contract_digest, input, fingerprint, hedgeable, kind, messages, request, \
+                             state, version, created_at_ms, updated_at_ms) \
                          SELECT id, owner_id, idempotency_key, route, contract, contract_digest, \
-                             input, fingerprint, hedgeable, kind, messages, 'running', 0, {now}, {now} \
+                             input, fingerprint, hedgeable, kind, messages, request, 'running', 0, \
+                             {now}, {now} \
                          FROM input i \
                          WHERE NOT EXISTS (SELECT 1 FROM demotions d WHERE d.provider = i.provider \
                              AND d.contract = i.trusted_contract AND d.lifted_at_ms IS NULL \
@@ -261,16 +263,17 @@ impl Sql {
                 fill(
                     "WITH job AS ( \
                          INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
-                             contract_digest, input, fingerprint, hedgeable, kind, messages, state, \
-                             version, created_at_ms, updated_at_ms) \
-                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'running', 0, {now}, {now} \
-                         WHERE NOT EXISTS ({demoted_12_14_15}) \
+                             contract_digest, input, fingerprint, hedgeable, kind, messages, request, \
+                             state, version, created_at_ms, updated_at_ms) \
+                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'running', 0, \
+                             {now}, {now} \
+                         WHERE NOT EXISTS ({demoted_13_15_16}) \
                          ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
                          RETURNING {job_columns}), \
                      attempt AS ( \
                          INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
                              base_version, started_at_ms, lease_expires_at_ms) \
-                         SELECT id, 1, 0, hedgeable, $12, 'started', version, {now}, {now} + $13 \
+                         SELECT id, 1, 0, hedgeable, $13, 'started', version, {now}, {now} + $14 \
                          FROM job \
                          RETURNING {attempt_columns}) \
                      SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",

@@ -857,6 +857,7 @@ mod tests {
             input: json!({"text": "hello"}),
             kind: JobKind::Native,
             messages: None,
+            request: None,
             hedgeable: false,
             fingerprint: None,
         };

@@ -52,6 +52,7 @@ pub fn routes() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(super::jobs::retry))
         .routes(routes!(super::jobs::cancel))
         .routes(routes!(super::facade::chat_completions))
+        .routes(routes!(super::facade::responses_api::create_response))
         .routes(routes!(super::facade::models))
         .routes(routes!(super::ops::providers))
         .routes(routes!(super::ops::reinstate))

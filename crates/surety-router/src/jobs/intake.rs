@@ -112,6 +112,7 @@ impl Intake {
             input,
             kind,
             messages: None,
+            request: None,
             hedgeable: contract.hedgeable(),
             fingerprint: None,
         };
@@ -126,6 +127,13 @@ impl Intake {
     /// The fingerprint is `fingerprint` (over a whole chat request).
     pub fn fingerprinted(mut self, fingerprint: Fingerprint) -> Intake {
         self.job.fingerprint = Some(fingerprint);
+        self
+    }
+
+    /// The request is kept with the job as sent (a Responses job's body:
+    /// what its response object echoes, and the response it continues).
+    pub fn requesting(mut self, request: Value) -> Intake {
+        self.job.request = Some(request);
         self
     }
 

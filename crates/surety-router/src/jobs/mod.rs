@@ -10,7 +10,7 @@ mod manage;
 mod wait;
 
 pub use intake::{CreatedJob, Intake, create_or_replay, route_and_contract};
-pub use manage::{cancel, retry};
+pub use manage::{cancel, job_messages, retry};
 pub use wait::wait_at_rest;
 
 /// Why a job operation did not happen; nothing was changed.

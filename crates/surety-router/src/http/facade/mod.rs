@@ -15,6 +15,7 @@
 mod error;
 mod reply;
 mod request;
+pub mod responses_api;
 
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use surety_config::Facade;
 use surety_core::{Fingerprint, IdempotencyKey};
-use surety_store::{JobKind, OwnerId};
+use surety_store::{Job, JobKind, OwnerId};
 
 pub use error::OpenAiError;
 use reply::answer;
@@ -167,26 +168,7 @@ async fn chat(
         })?;
     let (route, served) = route_and_contract(state, model)?;
     let delivery = parameters(request, served)?;
-    let (idempotency, keyless) = match (
-        idempotency_key(headers),
-        state.inner.settings.allow_keyless_chat,
-    ) {
-        (Ok(key), _) => (key, false),
-        (Err(e), true) if e.problem == Problem::MissingIdempotencyKey => {
-            let one_off = format!("one-off-{}", uuid::Uuid::now_v7());
-            let key =
-                IdempotencyKey::parse(&one_off).map_err(|e| ApiError::internal(e.to_string()))?;
-            (key, true)
-        }
-        (Err(e), _) if e.problem == Problem::MissingIdempotencyKey => {
-            return Err(OpenAiError::bad_request(
-                "missing_idempotency_key",
-                None,
-                "this request has no Idempotency-Key header: send one naming this intent (e.g. `Idempotency-Key: order-1042-refund`), the same on every retry of it; docs/clients.md shows how each SDK sends it",
-            ));
-        }
-        (Err(e), _) => return Err(e.into()),
-    };
+    let (idempotency, keyless) = intent_key(state, headers)?;
     let sent = chat_messages(&body)?;
     let (input, messages) = match route.facade {
         Facade::OutputOnly => (body.clone(), sent),
@@ -219,6 +201,41 @@ async fn chat(
     let limit = state.inner.settings.attempt_timeout + Duration::from_secs(5);
     let (_, job, attempts) = wait_at_rest(state, &owner, created, limit).await?;
     let mut response = answer(&job, &attempts, delivery)?;
+    stamp(&mut response, replayed, keyless, &job, route.facade);
+    Ok(response)
+}
+
+/// The request's Idempotency-Key, and whether it came without one (a
+/// one-off job, when the operator allows those).
+fn intent_key(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(IdempotencyKey, bool), OpenAiError> {
+    match (
+        idempotency_key(headers),
+        state.inner.settings.allow_keyless_chat,
+    ) {
+        (Ok(key), _) => Ok((key, false)),
+        (Err(e), true) if e.problem == Problem::MissingIdempotencyKey => {
+            let one_off = format!("one-off-{}", uuid::Uuid::now_v7());
+            let key =
+                IdempotencyKey::parse(&one_off).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok((key, true))
+        }
+        (Err(e), _) if e.problem == Problem::MissingIdempotencyKey => {
+            Err(OpenAiError::bad_request(
+                "missing_idempotency_key",
+                None,
+                "this request has no Idempotency-Key header: send one naming this intent (e.g. `Idempotency-Key: order-1042-refund`), the same on every retry of it; docs/clients.md shows how each SDK sends it",
+            ))
+        }
+        (Err(e), _) => Err(e.into()),
+    }
+}
+
+/// The headers every facade answer carries: whether it is a replay, a
+/// one-off job, which job it is, and whether its prompt was certified.
+fn stamp(response: &mut Response, replayed: bool, keyless: bool, job: &Job, facade: Facade) {
     let out = response.headers_mut();
     if replayed {
         out.insert("idempotent-replayed", HeaderValue::from_static("true"));
@@ -232,10 +249,9 @@ async fn chat(
     // Whether a certificate covers the prompt that was sent, not only the answer.
     out.insert(
         PROMPT_CERTIFIED,
-        HeaderValue::from_static(match route.facade {
+        HeaderValue::from_static(match facade {
             Facade::Pinned => "true",
             Facade::OutputOnly => "false",
         }),
     );
-    Ok(response)
 }

@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use surety_core::{AttemptState, JobState};
+use surety_providers::CalledTool;
 use surety_store::{Attempt, Job};
 
 use super::{Delivery, OpenAiError};
@@ -23,15 +24,6 @@ pub(super) fn answer(
     attempts: &[Attempt],
     delivery: Delivery,
 ) -> Result<Response, OpenAiError> {
-    let error = |status, kind, code, should_retry, retry_after, message: String| OpenAiError {
-        status,
-        kind,
-        code,
-        param: None,
-        message,
-        should_retry: Some(should_retry),
-        retry_after,
-    };
     match (job.state, &job.result) {
         (JobState::Succeeded, Some(result)) => {
             let completion = ChatCompletion::of(job, result, delivery.tool_calls);
@@ -40,29 +32,45 @@ pub(super) fn answer(
                 false => Json(completion).into_response(),
             })
         }
-        (JobState::Failed, _) => {
+        _ => Err(unsettled(job, attempts)),
+    }
+}
+
+/// Why a job that has not succeeded has no answer: every provider failed
+/// (502), it is unknown (504, never retried on its own), or it has not
+/// settled yet (504, ask again).
+pub(super) fn unsettled(job: &Job, attempts: &[Attempt]) -> OpenAiError {
+    let error = |status, code, should_retry, retry_after, message: String| OpenAiError {
+        status,
+        kind: "server_error",
+        code,
+        param: None,
+        message,
+        should_retry: Some(should_retry),
+        retry_after,
+    };
+    match job.state {
+        JobState::Failed => {
             let last = attempts
                 .last()
                 .and_then(|a| a.error.clone())
                 .unwrap_or_default();
-            Err(error(
+            error(
                 StatusCode::BAD_GATEWAY,
-                "server_error",
                 "provider_error",
                 false,
                 None,
                 format!("every certified provider failed; the last said: {last}"),
-            ))
+            )
         }
-        (JobState::Unknown, _) => {
+        JobState::Unknown => {
             let open = attempts
                 .iter()
                 .rev()
                 .find(|a| a.state == AttemptState::Unknown);
             let (n, provider) = open.map_or((0, ""), |a| (a.ordinal, a.provider.as_str()));
-            Err(error(
+            error(
                 StatusCode::GATEWAY_TIMEOUT,
-                "server_error",
                 "job_unknown",
                 false,
                 None,
@@ -70,11 +78,10 @@ pub(super) fn answer(
                     "job {id} is unknown: attempt {n} at provider `{provider}` got no answer in time, and the provider may have done the work, so nothing is retried on its own. A late answer still completes the job (ask again with the same Idempotency-Key to get it); otherwise an admin cancels the attempt (POST /v1/jobs/{id}/attempts/{n}/cancel) and retries the job (POST /v1/jobs/{id}/retry)",
                     id = job.id
                 ),
-            ))
+            )
         }
-        (state_now, _) => Err(error(
+        state_now => error(
             StatusCode::GATEWAY_TIMEOUT,
-            "server_error",
             "job_not_settled",
             true,
             Some(2),
@@ -82,32 +89,60 @@ pub(super) fn answer(
                 "job {} is {state_now}; ask again with the same Idempotency-Key and the same body to get its answer, or GET /v1/jobs/{}",
                 job.id, job.id
             ),
-        )),
+        ),
     }
 }
 
 /// The characters of the answer per chunk of its stream.
 const STREAM_PIECE_CHARS: usize = 24;
 
+/// The job's id without its dashes: the stable part of the ids its
+/// answer shows in either dialect (`chatcmpl-`, `resp_`, `msg_`, `call_`).
+pub(super) fn job_hex(job: &Job) -> String {
+    job.id.0.chars().filter(|c| *c != '-').collect()
+}
+
 /// A tool-call contract's canonical answer (`{"tool", "arguments"}`, or
-/// `{"calls": […]}`) as OpenAI's tool calls, each id derived from the job
-/// and the call's place, so a replay returns the same ids.
-fn tool_calls_of(job: &Job, answer: &serde_json::Value) -> Vec<ToolCallView> {
-    let job_hex: String = job.id.0.chars().filter(|c| *c != '-').collect();
+/// `{"calls": […]}`) as the calls it makes, each id derived from the job
+/// and the call's place (`call_<job>`, `call_<job>_1`, …), so a replay,
+/// and either dialect, names the same calls.
+pub(super) fn answer_calls(job: &Job, answer: &serde_json::Value) -> Vec<CalledTool> {
+    let job_hex = job_hex(job);
     surety_contracts::calls(answer)
         .into_iter()
         .enumerate()
-        .map(|(i, (_, call))| ToolCallView {
+        .map(|(i, (_, call))| CalledTool {
             id: match i {
                 0 => format!("call_{job_hex}"),
                 i => format!("call_{job_hex}_{i}"),
             },
+            name: call["tool"].as_str().unwrap_or_default().to_owned(),
+            arguments: call["arguments"].to_string(),
+        })
+        .collect()
+}
+
+/// OpenAI's tool calls of a tool-call contract's answer.
+fn tool_calls_of(job: &Job, answer: &serde_json::Value) -> Vec<ToolCallView> {
+    answer_calls(job, answer)
+        .into_iter()
+        .map(|call| ToolCallView {
+            id: call.id,
             kind: "function".to_owned(),
             function: FunctionCallView {
-                name: call["tool"].as_str().unwrap_or_default().to_owned(),
-                arguments: call["arguments"].to_string(),
+                name: call.name,
+                arguments: call.arguments,
             },
         })
+        .collect()
+}
+
+/// `text` in the pieces a stream sends it in.
+pub(super) fn pieces(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .chunks(STREAM_PIECE_CHARS)
+        .map(|piece| piece.iter().collect())
         .collect()
 }
 
@@ -188,13 +223,6 @@ impl ChatCompletion {
                 logprobs: None,
                 finish_reason: finish,
             }]
-        };
-        let pieces = |text: &str| -> Vec<String> {
-            let chars: Vec<char> = text.chars().collect();
-            chars
-                .chunks(STREAM_PIECE_CHARS)
-                .map(|piece| piece.iter().collect())
-                .collect()
         };
         let mut events = Vec::new();
         match (&choice.message.content, &choice.message.tool_calls) {

@@ -114,7 +114,7 @@ pub(super) fn parameters(
             "tools" | "tool_choice" | "parallel_tool_calls"
                 if let Some(certified) = &contract.tool_calls =>
             {
-                pin_tools(name, value, certified, &contract.id)?;
+                pin_tools(name, value, certified, &contract.id, ToolShape::Chat)?;
             }
             "tools" | "tool_choice" | "functions" | "function_call" | "parallel_tool_calls" => {
                 return refuse(
@@ -135,15 +135,44 @@ pub(super) fn parameters(
     Ok(delivery)
 }
 
+/// How a dialect writes a function tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ToolShape {
+    /// Chat Completions: `{"type": "function", "function": {"name", …}}`,
+    /// and a named `tool_choice` as `{"type": "function", "function": {"name"}}`.
+    Chat,
+    /// Responses: `{"type": "function", "name", …}`, and a named
+    /// `tool_choice` as `{"type": "function", "name"}`.
+    Responses,
+}
+
+impl ToolShape {
+    /// The object holding a tool's (or a named choice's) name and definition.
+    fn function(self, tool: &Value) -> &Value {
+        match self {
+            ToolShape::Chat => &tool["function"],
+            ToolShape::Responses => tool,
+        }
+    }
+
+    fn example(self) -> &'static str {
+        match self {
+            ToolShape::Chat => "`{\"type\": \"function\", \"function\": {\"name\": …}}`",
+            ToolShape::Responses => "`{\"type\": \"function\", \"name\": …}`",
+        }
+    }
+}
+
 /// On a tool-call route, `tools`, `tool_choice` and `parallel_tool_calls`
 /// may be sent only as the contract certified them (its tools, equal as
 /// JSON: name, description, parameters; `strict` as the client likes):
 /// anything else is a 400 naming what differs. Absent, the contract's apply.
-fn pin_tools(
+pub(super) fn pin_tools(
     name: &str,
     value: &Value,
     certified: &surety_contracts::ToolCalls,
     contract: &str,
+    shape: ToolShape,
 ) -> Result<(), OpenAiError> {
     let refuse = |param: String, why: String| {
         Err(OpenAiError::bad_request(
@@ -161,12 +190,11 @@ fn pin_tools(
                 return refuse(name.to_owned(), "`tools` must be a list".to_owned());
             };
             for (i, tool) in sent.iter().enumerate() {
-                let function = &tool["function"];
+                let function = shape.function(tool);
                 let Some(tool_name) = function["name"].as_str() else {
                     return refuse(
                         format!("tools[{i}]"),
-                        "a tool is `{\"type\": \"function\", \"function\": {\"name\": …}}`"
-                            .to_owned(),
+                        format!("a tool is {}", shape.example()),
                     );
                 };
                 let Some(ours) = certified.tool(tool_name) else {
@@ -181,7 +209,13 @@ fn pin_tools(
                     .as_object()
                     .into_iter()
                     .flat_map(|o| o.keys())
-                    .chain(function.as_object().into_iter().flat_map(|o| o.keys()))
+                    .chain(
+                        function
+                            .as_object()
+                            .filter(|_| shape == ToolShape::Chat)
+                            .into_iter()
+                            .flat_map(|o| o.keys()),
+                    )
                     .find(|k| {
                         !matches!(
                             k.as_str(),
@@ -213,7 +247,7 @@ fn pin_tools(
             if let Some(missing) = certified.tools.iter().find(|t| {
                 !sent
                     .iter()
-                    .any(|s| s["function"]["name"].as_str() == Some(t.name.as_str()))
+                    .any(|s| shape.function(s)["name"].as_str() == Some(t.name.as_str()))
             }) {
                 return refuse(
                     name.to_owned(),
@@ -237,7 +271,8 @@ fn pin_tools(
             let matches = match &certified.choice {
                 surety_contracts::ToolChoice::Any => value == "required",
                 surety_contracts::ToolChoice::Named(tool) => {
-                    value["type"] == "function" && value["function"]["name"].as_str() == Some(tool)
+                    value["type"] == "function"
+                        && shape.function(value)["name"].as_str() == Some(tool)
                 }
             };
             match matches {
@@ -248,9 +283,13 @@ fn pin_tools(
                         "contract `{contract}` is certified with `tool_choice` {}; send that or none",
                         match &certified.choice {
                             surety_contracts::ToolChoice::Any => "`required`".to_owned(),
-                            surety_contracts::ToolChoice::Named(tool) => format!(
-                                "`{{\"type\": \"function\", \"function\": {{\"name\": \"{tool}\"}}}}`"
-                            ),
+                            surety_contracts::ToolChoice::Named(tool) => match shape {
+                                ToolShape::Chat => format!(
+                                    "`{{\"type\": \"function\", \"function\": {{\"name\": \"{tool}\"}}}}`"
+                                ),
+                                ToolShape::Responses =>
+                                    format!("`{{\"type\": \"function\", \"name\": \"{tool}\"}}`"),
+                            },
                         }
                     ),
                 ),

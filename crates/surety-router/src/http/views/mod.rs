@@ -3,6 +3,9 @@
 //! same types the handlers return. Every value users read is a stable
 //! snake_case word, never Rust's Debug output.
 
+mod responses;
+
+pub use responses::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use surety_store::{Attempt, Job, Slot};

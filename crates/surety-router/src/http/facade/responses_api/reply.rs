@@ -1,0 +1,257 @@
+//! A job as a response object, and its stream of events: the same for the
+//! job's first answer and for every replay of it, so ids, items and
+//! sequence numbers never change.
+
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use surety_core::JobState;
+use surety_store::Job;
+
+use super::super::reply::{answer_calls, job_hex, pieces};
+use crate::http::views::{
+    InputTokensDetails, OutputItem, OutputText, OutputTokensDetails, ResponseEvent, ResponseObject,
+    ResponseUsage, UsageView,
+};
+
+/// The id of the response a job is.
+pub(super) fn response_id(job: &Job) -> String {
+    format!("resp_{}", job_hex(job))
+}
+
+/// The job a response id names (`resp_` and the job id's hex), or `None`
+/// for an id surety never made.
+pub(super) fn job_of(response_id: &str) -> Option<surety_store::JobId> {
+    let hex = response_id.strip_prefix("resp_")?;
+    let id = uuid::Uuid::try_parse(hex).ok()?;
+    Some(surety_store::JobId(id.hyphenated().to_string()))
+}
+
+/// A succeeded job's answer as output items: its JSON as an output message,
+/// or a tool-call contract's calls as function calls (call ids as the Chat
+/// facade gives them, so a history sent back through either names the same
+/// calls).
+fn output(job: &Job, result: &Value, tool_calls: bool) -> Vec<OutputItem> {
+    match tool_calls {
+        false => vec![OutputItem::Message {
+            id: format!("msg_{}", job_hex(job)),
+            status: "completed".to_owned(),
+            role: "assistant".to_owned(),
+            content: vec![text_part(result.to_string())],
+        }],
+        true => answer_calls(job, result)
+            .into_iter()
+            .map(|call| OutputItem::FunctionCall {
+                id: call.id.replacen("call_", "fc_", 1),
+                call_id: call.id,
+                name: call.name,
+                arguments: call.arguments,
+                status: "completed".to_owned(),
+            })
+            .collect(),
+    }
+}
+
+fn text_part(text: String) -> OutputText {
+    OutputText {
+        kind: "output_text".to_owned(),
+        text,
+        annotations: Vec::new(),
+        logprobs: Vec::new(),
+    }
+}
+
+/// The response a job is, as it is now, echoing the request it was
+/// created from.
+pub(super) fn response_of(job: &Job, request: &Value, tool_calls: bool) -> ResponseObject {
+    let (status, output_items) = match (job.state, &job.result) {
+        (JobState::Succeeded, Some(result)) => ("completed", output(job, result, tool_calls)),
+        (JobState::Failed, _) => ("failed", Vec::new()),
+        (JobState::Cancelled, _) => ("cancelled", Vec::new()),
+        (JobState::Queued, _) => ("queued", Vec::new()),
+        _ => ("in_progress", Vec::new()),
+    };
+    let usage = UsageView::of(job).map(|u| ResponseUsage {
+        input_tokens: u.prompt_tokens,
+        input_tokens_details: InputTokensDetails { cached_tokens: 0 },
+        output_tokens: u.completion_tokens,
+        output_tokens_details: OutputTokensDetails {
+            reasoning_tokens: 0,
+        },
+        total_tokens: u.prompt_tokens + u.completion_tokens,
+    });
+    let or = |name: &str, default: Value| match &request[name] {
+        Value::Null => default,
+        sent => sent.clone(),
+    };
+    ResponseObject {
+        id: response_id(job),
+        object: "response".to_owned(),
+        created_at: job.created_at_ms / 1000,
+        status: status.to_owned(),
+        completed_at: (status == "completed").then_some(job.updated_at_ms / 1000),
+        error: None,
+        incomplete_details: None,
+        instructions: request["instructions"].as_str().map(str::to_owned),
+        max_output_tokens: request["max_output_tokens"].as_u64(),
+        model: job.route.clone(),
+        output: output_items,
+        parallel_tool_calls: request["parallel_tool_calls"].as_bool().unwrap_or(true),
+        previous_response_id: request["previous_response_id"].as_str().map(str::to_owned),
+        temperature: request["temperature"].as_f64(),
+        top_p: request["top_p"].as_f64(),
+        tool_choice: or("tool_choice", json!("auto")),
+        tools: or("tools", json!([])),
+        text: or("text", json!({"format": {"type": "text"}})),
+        truncation: "disabled".to_owned(),
+        metadata: or("metadata", json!({})),
+        store: request["store"].as_bool().unwrap_or(true),
+        background: false,
+        usage,
+        job_id: job.id.0.clone(),
+    }
+}
+
+/// The response as JSON, or with `stream` as its events.
+pub(super) fn deliver(response: ResponseObject, stream: bool) -> Response {
+    match stream {
+        false => Json(response).into_response(),
+        true => {
+            let events = events(&response).into_iter().map(|event| {
+                let sse = Event::default().event(event.kind());
+                Ok::<Event, Infallible>(match sse.json_data(&event) {
+                    Ok(sse) => sse,
+                    // Plain structs of strings and numbers always serialise.
+                    Err(e) => Event::default().data(format!("{{\"error\":\"{e}\"}}")),
+                })
+            });
+            Sse::new(futures_util::stream::iter(events)).into_response()
+        }
+    }
+}
+
+/// A completed response's events, numbered from 0: created and in
+/// progress (with no output yet), each output item added, its content in
+/// deltas, done, then completed with the whole response.
+pub(super) fn events(done: &ResponseObject) -> Vec<ResponseEvent> {
+    let mut events = Vec::new();
+    let mut next = 0u64;
+    let mut seq = || {
+        next += 1;
+        next - 1
+    };
+    let mut opening = done.clone();
+    opening.status = "in_progress".to_owned();
+    opening.output = Vec::new();
+    opening.usage = None;
+    opening.completed_at = None;
+    events.push(ResponseEvent::Created {
+        response: Box::new(opening.clone()),
+        sequence_number: seq(),
+    });
+    events.push(ResponseEvent::InProgress {
+        response: Box::new(opening),
+        sequence_number: seq(),
+    });
+    for (index, item) in done.output.iter().enumerate() {
+        let output_index = index as u64;
+        match item {
+            OutputItem::Message {
+                id, role, content, ..
+            } => {
+                events.push(ResponseEvent::OutputItemAdded {
+                    output_index,
+                    item: OutputItem::Message {
+                        id: id.clone(),
+                        status: "in_progress".to_owned(),
+                        role: role.clone(),
+                        content: Vec::new(),
+                    },
+                    sequence_number: seq(),
+                });
+                for (part_index, part) in content.iter().enumerate() {
+                    let content_index = part_index as u64;
+                    events.push(ResponseEvent::ContentPartAdded {
+                        item_id: id.clone(),
+                        output_index,
+                        content_index,
+                        part: text_part(String::new()),
+                        sequence_number: seq(),
+                    });
+                    for delta in pieces(&part.text) {
+                        events.push(ResponseEvent::OutputTextDelta {
+                            item_id: id.clone(),
+                            output_index,
+                            content_index,
+                            delta,
+                            logprobs: Vec::new(),
+                            sequence_number: seq(),
+                        });
+                    }
+                    events.push(ResponseEvent::OutputTextDone {
+                        item_id: id.clone(),
+                        output_index,
+                        content_index,
+                        text: part.text.clone(),
+                        logprobs: Vec::new(),
+                        sequence_number: seq(),
+                    });
+                    events.push(ResponseEvent::ContentPartDone {
+                        item_id: id.clone(),
+                        output_index,
+                        content_index,
+                        part: part.clone(),
+                        sequence_number: seq(),
+                    });
+                }
+            }
+            OutputItem::FunctionCall {
+                id,
+                call_id,
+                name,
+                arguments,
+                ..
+            } => {
+                events.push(ResponseEvent::OutputItemAdded {
+                    output_index,
+                    item: OutputItem::FunctionCall {
+                        id: id.clone(),
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        arguments: String::new(),
+                        status: "in_progress".to_owned(),
+                    },
+                    sequence_number: seq(),
+                });
+                for delta in pieces(arguments) {
+                    events.push(ResponseEvent::FunctionCallArgumentsDelta {
+                        item_id: id.clone(),
+                        output_index,
+                        delta,
+                        sequence_number: seq(),
+                    });
+                }
+                events.push(ResponseEvent::FunctionCallArgumentsDone {
+                    item_id: id.clone(),
+                    output_index,
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    sequence_number: seq(),
+                });
+            }
+        }
+        events.push(ResponseEvent::OutputItemDone {
+            output_index,
+            item: item.clone(),
+            sequence_number: seq(),
+        });
+    }
+    events.push(ResponseEvent::Completed {
+        response: Box::new(done.clone()),
+        sequence_number: seq(),
+    });
+    events
+}

@@ -1,0 +1,329 @@
+//! The official OpenAI Python SDK's `client.responses`, unchanged, as a
+//! client of the router's `/v1/responses`: plain and item input,
+//! structured output, a certified function call, both streams, replay by
+//! key, a conflict, a refused parameter; and a conversation by
+//! `previous_response_id` that survives a failover to another kind.
+
+use serde_json::{Value, json};
+use surety_fake_provider::{Behavior, FakeProvider};
+use surety_tests::TestDb;
+
+use crate::harness::{ACME, GLOBEX, Router, contract, language_script};
+use crate::sdk::{run_client, sdk_python};
+
+const CLIENT: &str = r#"
+import json, os
+import openai
+from openai import OpenAI
+
+client = OpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=2)
+system = os.environ["SYSTEM_PROMPT"]
+key = lambda k: {"Idempotency-Key": k}
+seen = {}
+
+first = client.responses.create(model="language", instructions=system, input=os.environ["USER_FRENCH"], extra_headers=key("resp-1"))
+again = client.responses.with_raw_response.create(model="language", instructions=system, input=os.environ["USER_FRENCH"], extra_headers=key("resp-1"))
+second = again.parse()
+seen["first"] = {"id": first.id, "status": first.status, "text": first.output_text, "model": first.model,
+                 "object": first.object, "usage": first.usage.model_dump(), "type": first.output[0].type}
+seen["second_id"] = second.id
+seen["replayed"] = again.headers.get("idempotent-replayed")
+
+items = [{"role": "user", "content": [{"type": "input_text", "text": os.environ["USER_GERMAN"]}]}]
+seen["items"] = client.responses.create(model="language", instructions=system, input=items, extra_headers=key("resp-2")).output_text
+
+schema = json.loads(os.environ["SCHEMA"])
+structured = client.responses.create(model="language", instructions=system, input=os.environ["USER_FRENCH"],
+    text={"format": {"type": "json_schema", "name": "language", "schema": schema, "strict": True}}, extra_headers=key("resp-3"))
+seen["structured"] = structured.output_text
+
+events = list(client.responses.create(model="language", instructions=system, input=os.environ["USER_GERMAN"], stream=True, extra_headers=key("resp-4")))
+seen["raw_stream"] = {
+    "types": [e.type for e in events],
+    "sequence": [e.sequence_number for e in events],
+    "text": "".join(e.delta for e in events if e.type == "response.output_text.delta"),
+    "final": events[-1].response.output_text,
+    "id": events[-1].response.id,
+}
+
+with client.responses.stream(model="language", instructions=system, input=os.environ["USER_FRENCH"], extra_headers=key("resp-5")) as stream:
+    deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+    final = stream.get_final_response()
+seen["helper_stream"] = {"deltas": len(deltas), "text": "".join(deltas), "final": final.output_text, "status": final.status}
+
+def error(call):
+    try:
+        call()
+    except openai.APIStatusError as e:
+        return {"class": type(e).__name__, "status": e.status_code, "message": e.message, "param": getattr(e, "param", None), "code": getattr(e, "code", None)}
+    return None
+seen["conflict"] = error(lambda: client.responses.create(model="language", instructions=system, input=os.environ["USER_GERMAN"], extra_headers=key("resp-1")))
+seen["refused"] = error(lambda: client.responses.create(model="language", instructions=system, input=os.environ["USER_FRENCH"], reasoning={"effort": "low"}, extra_headers=key("resp-6")))
+seen["other_schema"] = error(lambda: client.responses.create(model="language", instructions=system, input=os.environ["USER_FRENCH"],
+    text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}, extra_headers=key("resp-7")))
+seen["not_pinned"] = error(lambda: client.responses.create(model="language", instructions="Say anything.", input=os.environ["USER_FRENCH"], extra_headers=key("resp-8")))
+print(json.dumps(seen))
+"#;
+
+pub async fn the_official_sdks_responses_get_their_answer_once(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    let language = contract("language-detect");
+    let render = |text: &str| language.render(&json!({"text": text})).unwrap();
+    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
+    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
+    let schema = language.schema.to_string();
+    let seen = run_client(
+        &python,
+        CLIENT,
+        &[
+            ("BASE_URL", &router.base),
+            ("API_KEY", ACME),
+            ("SYSTEM_PROMPT", &french.system),
+            ("USER_FRENCH", &french.user),
+            ("USER_GERMAN", &german.user),
+            ("SCHEMA", &schema),
+        ],
+    )
+    .await;
+    let parsed = |v: &Value| serde_json::from_str::<Value>(v.as_str().unwrap()).unwrap();
+    let first = &seen["first"];
+    assert!(first["id"].as_str().unwrap().starts_with("resp_"), "{seen}");
+    assert_eq!(
+        seen["second_id"], first["id"],
+        "a replay is the same response"
+    );
+    assert_eq!(seen["replayed"], "true");
+    assert_eq!(first["status"], "completed");
+    assert_eq!(first["object"], "response");
+    assert_eq!(first["model"], "language");
+    assert_eq!(first["type"], "message");
+    assert_eq!(parsed(&first["text"]), json!({"language": "french"}));
+    let usage = &first["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["input_tokens"].as_u64().unwrap() + usage["output_tokens"].as_u64().unwrap(),
+        "{seen}"
+    );
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0, "{seen}");
+    assert_eq!(parsed(&seen["items"]), json!({"language": "german"}));
+    assert_eq!(parsed(&seen["structured"]), json!({"language": "french"}));
+    // The raw stream: every documented event, numbered from 0 in order.
+    let raw = &seen["raw_stream"];
+    let types: Vec<&str> = raw["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let deltas = types
+        .iter()
+        .filter(|t| **t == "response.output_text.delta")
+        .count();
+    assert!(deltas >= 1, "{seen}");
+    let mut expected = vec![
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ];
+    expected.extend(std::iter::repeat_n("response.output_text.delta", deltas));
+    expected.extend([
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]);
+    assert_eq!(types, expected, "{seen}");
+    let sequence: Vec<u64> = raw["sequence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(sequence, (0..types.len() as u64).collect::<Vec<_>>());
+    assert_eq!(parsed(&raw["text"]), json!({"language": "german"}));
+    assert_eq!(raw["final"], raw["text"]);
+    // The SDK's stream helper accumulates the same.
+    let helper = &seen["helper_stream"];
+    assert_eq!(parsed(&helper["text"]), json!({"language": "french"}));
+    assert_eq!(helper["final"], helper["text"], "{seen}");
+    assert_eq!(helper["status"], "completed");
+    // What is refused says why, and names the parameter.
+    let conflict = &seen["conflict"];
+    assert_eq!(conflict["status"], 409, "{seen}");
+    assert_eq!(conflict["class"], "ConflictError", "{seen}");
+    let refused = &seen["refused"];
+    assert_eq!(refused["class"], "BadRequestError", "{seen}");
+    assert_eq!(refused["param"], "reasoning", "{seen}");
+    assert_eq!(
+        seen["other_schema"]["param"], "text.format.schema",
+        "{seen}"
+    );
+    assert_eq!(seen["not_pinned"]["code"], "prompt_not_certified", "{seen}");
+    // resp-1 to resp-5: five intents, five provider calls; the refusals made none.
+    assert_eq!(fake.calls(), 5, "one provider call per intent: {seen}");
+}
+
+const TOOL_CLIENT: &str = r#"
+import json, os
+from openai import OpenAI
+
+client = OpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=2)
+messages = json.loads(os.environ["MESSAGES"])
+# The Responses API's flat function tools: the contract's certified ones.
+tools = [{"type": "function", "strict": False, **t["function"]} for t in json.loads(os.environ["TOOLS"])]
+key = lambda k: {"Idempotency-Key": k}
+ask = lambda **kw: client.responses.create(model="support", instructions=messages[0]["content"], input=messages[1]["content"], tools=tools, **kw)
+seen = {}
+called = ask(extra_headers=key("refund-resp-1"))
+call = called.output[0]
+seen["call"] = {"type": call.type, "name": call.name, "arguments": json.loads(call.arguments), "call_id": call.call_id, "items": len(called.output)}
+seen["replay_call_id"] = ask(extra_headers=key("refund-resp-1")).output[0].call_id
+events = list(ask(stream=True, extra_headers=key("refund-resp-2")))
+seen["stream"] = {
+    "types": sorted(set(e.type for e in events)),
+    "arguments": json.loads("".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")),
+    "done": json.loads([e.arguments for e in events if e.type == "response.function_call_arguments.done"][0]),
+    "name": [e.item.name for e in events if e.type == "response.output_item.done"][0],
+}
+print(json.dumps(seen))
+"#;
+
+pub async fn the_official_sdks_responses_get_a_certified_function_call_once(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    let router = crate::tools::support_router(db, &[("gpt", "openai", &fake)]).await;
+    let messages = crate::tools::case_messages("damaged-teapot").to_string();
+    let tools = crate::tools::openai_tools().to_string();
+    let seen = run_client(
+        &python,
+        TOOL_CLIENT,
+        &[
+            ("BASE_URL", &router.base),
+            ("API_KEY", ACME),
+            ("MESSAGES", &messages),
+            ("TOOLS", &tools),
+        ],
+    )
+    .await;
+    let refund =
+        json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"});
+    let call = &seen["call"];
+    assert_eq!(call["type"], "function_call", "{seen}");
+    assert_eq!(call["name"], "refund", "{seen}");
+    assert_eq!(call["arguments"], refund, "{seen}");
+    assert_eq!(call["items"], 1, "{seen}");
+    assert!(call["call_id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(
+        seen["replay_call_id"], call["call_id"],
+        "a replay names the same call"
+    );
+    let stream = &seen["stream"];
+    assert_eq!(stream["arguments"], refund, "{seen}");
+    assert_eq!(stream["done"], refund, "{seen}");
+    assert_eq!(stream["name"], "refund", "{seen}");
+    assert!(
+        stream["types"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("response.function_call_arguments.delta")),
+        "{seen}"
+    );
+    assert_eq!(fake.calls(), 2, "one provider call per intent: {seen}");
+}
+
+/// One turn of a conversation: `input`, continuing `PREVIOUS` when set.
+const TURN: &str = r#"
+import json, os
+import openai
+from openai import OpenAI
+
+client = OpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=0)
+previous = os.environ.get("PREVIOUS") or None
+try:
+    raw = client.responses.with_raw_response.create(model="agent", instructions="Detect the language. Answer with JSON.",
+        input=os.environ["INPUT"], previous_response_id=previous, extra_headers={"Idempotency-Key": os.environ["KEY"]})
+    r = raw.parse()
+    print(json.dumps({"id": r.id, "text": r.output_text, "previous": r.previous_response_id, "job": raw.headers.get("surety-job-id")}))
+except openai.APIStatusError as e:
+    print(json.dumps({"status": e.status_code, "code": getattr(e, "code", None), "param": getattr(e, "param", None), "message": e.message}))
+"#;
+
+pub async fn a_conversation_by_previous_response_id_survives_a_failover_to_another_kind(
+    db: &TestDb,
+) {
+    let Some(python) = sdk_python() else { return };
+    let gpt = FakeProvider::start(language_script()).await.unwrap();
+    let claude = FakeProvider::start(language_script()).await.unwrap();
+    let routes = "[routes.agent]\ncontract = \"language-detect\"\nproviders = [\"gpt\", \"claude\"]\nfacade = \"output-only\"\n";
+    let router = crate::tools::certified_router(
+        db,
+        &[("gpt", "openai", &gpt), ("claude", "anthropic", &claude)],
+        "language-detect",
+        routes,
+    )
+    .await;
+    let turn = async |key: &str, api_key: &str, input: &str, previous: &str| {
+        let env = [
+            ("BASE_URL", router.base.as_str()),
+            ("API_KEY", api_key),
+            ("KEY", key),
+            ("INPUT", input),
+            ("PREVIOUS", previous),
+        ];
+        run_client(&python, TURN, &env).await
+    };
+    let first_input = "Bonjour, je n'arrive pas à télécharger ma facture en PDF.";
+    let one = turn("chat-turn-1", ACME, first_input, "").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(one["text"].as_str().unwrap()).unwrap(),
+        json!({"language": "french"}),
+        "{one}"
+    );
+    assert_eq!((gpt.calls(), claude.calls()), (1, 0));
+    // The primary fails before turn 2: the certified fallback, of another
+    // kind, is sent the whole conversation surety kept.
+    gpt.set_script(surety_fake_provider::Script::always(Behavior::Status {
+        status: 500,
+        body: json!({"error": {"message": "the primary is down"}}),
+        retry_after: None,
+    }));
+    let second_input = "Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.";
+    let id_one = one["id"].as_str().unwrap();
+    let two = turn("chat-turn-2", ACME, second_input, id_one).await;
+    assert_eq!(two["previous"], one["id"], "{two}");
+    assert_eq!(
+        claude.calls(),
+        1,
+        "turn 2 was served by the fallback: {two}"
+    );
+    let sent = claude.requests()[0].body.clone();
+    let turns = sent["messages"].as_array().unwrap();
+    assert_eq!(
+        turns.len(),
+        3,
+        "turn 1's input and output, then turn 2's: {sent}"
+    );
+    let said = |i: usize| turns[i].to_string();
+    assert_eq!(turns[0]["role"], "user");
+    assert!(said(0).contains("Bonjour, je n'arrive pas"), "{sent}");
+    assert_eq!(turns[1]["role"], "assistant");
+    assert!(said(1).contains(r#"{\"language\":\"french\"}"#), "{sent}");
+    assert!(said(2).contains("Guten Tag"), "{sent}");
+    assert!(sent.to_string().contains("Detect the language"), "{sent}");
+    // Turn 3 continues turn 2, whose conversation holds turn 1 too.
+    let id_two = two["id"].as_str().unwrap();
+    let three = turn("chat-turn-3", ACME, "And in one word?", id_two).await;
+    assert_eq!(three["previous"], two["id"], "{three}");
+    let sent = claude.requests()[1].body.clone();
+    assert_eq!(sent["messages"].as_array().unwrap().len(), 5, "{sent}");
+    // Another owner's response is not found, and nothing is sent.
+    let theirs = turn("globex-turn", GLOBEX, "Hallo", id_two).await;
+    assert_eq!(theirs["status"], 404, "{theirs}");
+    assert_eq!(theirs["param"], "previous_response_id", "{theirs}");
+    assert_eq!(claude.calls(), 2);
+}
