@@ -244,9 +244,10 @@ from openai import OpenAI
 
 client = OpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=0)
 previous = os.environ.get("PREVIOUS") or None
+store = os.environ.get("STORE") != "false"
 try:
     raw = client.responses.with_raw_response.create(model="agent", instructions="Detect the language. Answer with JSON.",
-        input=os.environ["INPUT"], previous_response_id=previous, extra_headers={"Idempotency-Key": os.environ["KEY"]})
+        input=os.environ["INPUT"], previous_response_id=previous, store=store, extra_headers={"Idempotency-Key": os.environ["KEY"]})
     r = raw.parse()
     print(json.dumps({"id": r.id, "text": r.output_text, "previous": r.previous_response_id, "job": raw.headers.get("surety-job-id")}))
 except openai.APIStatusError as e:
@@ -267,15 +268,20 @@ pub async fn a_conversation_by_previous_response_id_survives_a_failover_to_anoth
         routes,
     )
     .await;
+    let turn_storing =
+        async |key: &str, api_key: &str, input: &str, previous: &str, store: &str| {
+            let env = [
+                ("BASE_URL", router.base.as_str()),
+                ("API_KEY", api_key),
+                ("KEY", key),
+                ("INPUT", input),
+                ("PREVIOUS", previous),
+                ("STORE", store),
+            ];
+            run_client(&python, TURN, &env).await
+        };
     let turn = async |key: &str, api_key: &str, input: &str, previous: &str| {
-        let env = [
-            ("BASE_URL", router.base.as_str()),
-            ("API_KEY", api_key),
-            ("KEY", key),
-            ("INPUT", input),
-            ("PREVIOUS", previous),
-        ];
-        run_client(&python, TURN, &env).await
+        turn_storing(key, api_key, input, previous, "true").await
     };
     let first_input = "Bonjour, je n'arrive pas à télécharger ma facture en PDF.";
     let one = turn("chat-turn-1", ACME, first_input, "").await;
@@ -325,5 +331,14 @@ pub async fn a_conversation_by_previous_response_id_survives_a_failover_to_anoth
     let theirs = turn("globex-turn", GLOBEX, "Hallo", id_two).await;
     assert_eq!(theirs["status"], 404, "{theirs}");
     assert_eq!(theirs["param"], "previous_response_id", "{theirs}");
+    let made_up = turn("made-up-turn", ACME, "Hallo", "resp_0000").await;
+    assert_eq!(made_up["status"], 404, "{made_up}");
     assert_eq!(claude.calls(), 2);
+    // A response created with `store: false` is answered, and cannot be continued.
+    let unstored = turn_storing("unstored-turn", ACME, "Hallo", "", "false").await;
+    let unstored_id = unstored["id"].as_str().unwrap();
+    let after = turn("after-unstored", ACME, "Und?", unstored_id).await;
+    assert_eq!(after["status"], 400, "{after}");
+    assert_eq!(after["code"], "previous_response_not_stored", "{after}");
+    assert_eq!(claude.calls(), 3, "the refused turn called nobody");
 }

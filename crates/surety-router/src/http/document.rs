@@ -1,6 +1,6 @@
 //! The OpenAPI document as this router serves it: the document derived from
-//! the handlers (`api::routes`), with the request bodies of `/v1/jobs` and
-//! `/v1/chat/completions` narrowed to what the configured routes take — one
+//! the handlers (`api::routes`), with the request bodies of `/v1/jobs`,
+//! `/v1/chat/completions` and `/v1/responses` narrowed to what the configured routes take — one
 //! alternative per route, naming the route, the contract's input variables,
 //! and (on a pinned route) its certified prompt — so that a request the
 //! document calls valid is one the router accepts.
@@ -15,6 +15,7 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
     let mut doc = serde_json::to_value(doc).unwrap_or(Value::Null);
     let mut jobs = Vec::new();
     let mut chats = Vec::new();
+    let mut responses = Vec::new();
     for route in state.inner.routes.values() {
         let Some(served) = state.inner.contracts.get(&route.contract) else {
             continue;
@@ -51,6 +52,48 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
             .first()
             .and_then(|case| contract.render(&case.input).ok())
             .map(|r| r.system);
+        let (instructions, input) = match (route.facade, template, &system) {
+            (Facade::Pinned, Some(template), Some(system)) => (
+                json!({"type": "string", "enum": [system]}),
+                json!({"type": "string", "pattern": user_pattern(template),
+                       "description": "A user message the contract's user template renders"}),
+            ),
+            _ => (
+                json!({"type": ["string", "null"]}),
+                json!({"oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "minItems": 1,
+                     "items": {"type": "object", "additionalProperties": false, "required": ["role", "content"],
+                               "properties": {"role": {"type": "string", "enum": ["system", "developer", "user", "assistant"]},
+                                              "content": {"type": "string"}}}},
+                ]}),
+            ),
+        };
+        let mut required = vec!["model", "input"];
+        if route.facade == Facade::Pinned {
+            required.push("instructions");
+        }
+        responses.push(json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": required,
+            "properties": {
+                "model": {"type": "string", "enum": [route.id]},
+                "instructions": instructions,
+                "input": input,
+                "stream": {"type": ["boolean", "null"]},
+                "store": {"type": ["boolean", "null"]},
+                "user": {"type": ["string", "null"]},
+                "temperature": {"enum": [contract.sampling.temperature, null]},
+                "top_p": {"enum": [1, null]},
+                "max_output_tokens": {"enum": [contract.limits.max_output_tokens, null]},
+                "metadata": {"type": ["object", "null"], "maxProperties": 16,
+                             "propertyNames": {"maxLength": 64},
+                             "additionalProperties": {"type": "string", "maxLength": 512}},
+                "include": {"type": ["array", "null"], "maxItems": 0},
+                "truncation": {"enum": ["disabled", null]},
+            },
+        }));
         let messages = match (route.facade, template, system) {
             (Facade::Pinned, Some(template), Some(system)) => json!({
                 "type": "array",
@@ -105,13 +148,18 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
     if let Some(schema) = doc.pointer_mut(&body("~1v1~1chat~1completions")) {
         *schema = json!({"oneOf": chats});
     }
+    if let Some(schema) = doc.pointer_mut(&body("~1v1~1responses")) {
+        *schema = json!({"oneOf": responses});
+    }
     // The facade takes a request without a key only when the operator allows one-off jobs.
     let keyless = state.inner.settings.allow_keyless_chat;
-    if let Some(Value::Array(params)) =
-        doc.pointer_mut("/paths/~1v1~1chat~1completions/post/parameters")
-    {
-        for param in params.iter_mut().filter(|p| p["name"] == "Idempotency-Key") {
-            param["required"] = json!(!keyless);
+    for path in ["~1v1~1chat~1completions", "~1v1~1responses"] {
+        if let Some(Value::Array(params)) =
+            doc.pointer_mut(&format!("/paths/{path}/post/parameters"))
+        {
+            for param in params.iter_mut().filter(|p| p["name"] == "Idempotency-Key") {
+                param["required"] = json!(!keyless);
+            }
         }
     }
     doc

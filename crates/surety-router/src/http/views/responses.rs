@@ -14,7 +14,6 @@ pub struct ResponseRequestDoc {
     /// A string (one user message), or a list of items: `message` (roles
     /// user, system, developer, assistant; `input_text` or `output_text`
     /// content), `function_call` and `function_call_output`.
-    #[schema(value_type = Object)]
     pub input: Value,
     /// On a pinned route: the contract's rendered system prompt.
     pub instructions: Option<String>,
@@ -27,7 +26,6 @@ pub struct ResponseRequestDoc {
     /// On a tool-call route: exactly the contract's certified tools.
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Value>,
-    #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
     /// Only the contract's own.
@@ -74,7 +72,7 @@ pub struct ResponseObject {
     pub previous_response_id: Option<String>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
-    #[schema(value_type = Object)]
+    /// `auto`, `required`, `none`, or a named function.
     pub tool_choice: Value,
     #[schema(value_type = Vec<Object>)]
     pub tools: Value,
