@@ -76,6 +76,7 @@ mod openai_responses {
         the_official_sdks_responses_get_their_answer_once,
         the_official_sdks_responses_get_a_certified_function_call_once,
         a_conversation_by_previous_response_id_survives_a_failover_to_another_kind,
+        an_agents_sdk_agent_runs_a_certified_tool_once_through_a_dropped_answer,
     );
 }
 

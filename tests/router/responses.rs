@@ -342,3 +342,72 @@ pub async fn a_conversation_by_previous_response_id_survives_a_failover_to_anoth
     assert_eq!(after["code"], "previous_response_not_stored", "{after}");
     assert_eq!(claude.calls(), 3, "the refused turn called nobody");
 }
+
+/// The Agents SDK, unchanged but for its client's base URL and key and
+/// the run's Idempotency-Key: an agent whose tools are the contract's.
+const AGENT: &str = r#"
+import asyncio, json, os
+from openai import AsyncOpenAI
+from agents import Agent, FunctionTool, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+set_tracing_disabled(True)  # no network here to send traces to
+messages = json.loads(os.environ["MESSAGES"])
+ran = []
+
+def certified(tool):
+    async def invoke(ctx, arguments):
+        ran.append({"name": tool["name"], "arguments": json.loads(arguments)})
+        return "refund queued"
+    return FunctionTool(name=tool["name"], description=tool["description"],
+                        params_json_schema=tool["parameters"], on_invoke_tool=invoke, strict_json_schema=False)
+
+client = AsyncOpenAI(base_url=os.environ["BASE_URL"] + "/v1", api_key=os.environ["API_KEY"], max_retries=2)
+agent = Agent(
+    name="support",
+    instructions=messages[0]["content"],
+    model=OpenAIResponsesModel(model="support", openai_client=client),
+    model_settings=ModelSettings(extra_headers={"Idempotency-Key": "agent-refund-1042"}),
+    tools=[certified(t["function"]) for t in json.loads(os.environ["TOOLS"])],
+    tool_use_behavior="stop_on_first_tool",
+)
+result = asyncio.run(Runner.run(agent, messages[1]["content"]))
+print(json.dumps({"final": result.final_output, "ran": ran}))
+"#;
+
+pub async fn an_agents_sdk_agent_runs_a_certified_tool_once_through_a_dropped_answer(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    let router = crate::tools::support_router(db, &[("gpt", "openai", &fake)]).await;
+    // The model's first answer is dropped on the way back: the SDK retries.
+    let proxy = crate::sdk::DroppingProxy::start(&router.base, 1).await;
+    let messages = crate::tools::case_messages("damaged-teapot").to_string();
+    let tools = crate::tools::openai_tools().to_string();
+    let seen = run_client(
+        &python,
+        AGENT,
+        &[
+            ("BASE_URL", &proxy.url),
+            ("API_KEY", ACME),
+            ("MESSAGES", &messages),
+            ("TOOLS", &tools),
+        ],
+    )
+    .await;
+    let refund =
+        json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"});
+    assert_eq!(
+        seen["ran"],
+        json!([{"name": "refund", "arguments": refund}]),
+        "the tool ran once, with the certified arguments: {seen}"
+    );
+    assert_eq!(seen["final"], "refund queued", "the agent finished: {seen}");
+    let keys = proxy.keys.lock().unwrap().clone();
+    assert_eq!(
+        keys,
+        ["agent-refund-1042", "agent-refund-1042"],
+        "the dropped answer was asked for again, under the same key"
+    );
+    assert_eq!(fake.calls(), 1, "one provider call for the one intent");
+}

@@ -760,6 +760,7 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
             "/v1/models",
             "/v1/providers",
             "/v1/providers/{provider}/contracts/{contract}/reinstate",
+            "/v1/responses",
         ]
     );
     for (path, operations) in paths {
@@ -795,7 +796,11 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
     );
     // What reaches the database says it may be away; what records, full.
     let responses = |path: &str, method: &str| doc["paths"][path][method]["responses"].clone();
-    for (path, method) in [("/v1/jobs", "post"), ("/v1/chat/completions", "post")] {
+    for (path, method) in [
+        ("/v1/jobs", "post"),
+        ("/v1/chat/completions", "post"),
+        ("/v1/responses", "post"),
+    ] {
         let documented = responses(path, method);
         assert!(
             documented["503"]["description"]

@@ -198,9 +198,9 @@ print(json.dumps(seen))
 /// request is read and thrown away, and the client's connection closed: the
 /// router did the work, and the client sees its connection drop with no
 /// answer.
-struct DroppingProxy {
-    url: String,
-    keys: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+pub struct DroppingProxy {
+    pub url: String,
+    pub keys: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -211,7 +211,7 @@ impl Drop for DroppingProxy {
 }
 
 impl DroppingProxy {
-    async fn start(upstream: &str, drop: usize) -> DroppingProxy {
+    pub async fn start(upstream: &str, drop: usize) -> DroppingProxy {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let upstream = upstream.trim_start_matches("http://").to_owned();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -677,8 +677,10 @@ pub fn serve(paths: &Paths, port: Option<u16>) -> Result<()> {
 /// is tested with it), Google's google-genai and Anthropic's anthropic (the
 /// Gemini and Anthropic adapters' requests and the fake's responses are
 /// checked against their types).
-pub const PYTHON_CLIENTS: [&str; 5] = [
+pub const PYTHON_CLIENTS: [&str; 6] = [
     "openai==3.51.0",
+    // OpenAI's Agents SDK, on the Responses API (`OpenAIResponsesModel`).
+    "openai-agents==0.24.0",
     "schemathesis==4.32.5",
     "google-genai==3.6.1",
     "anthropic==2.10.0",
