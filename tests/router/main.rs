@@ -77,6 +77,8 @@ mod openai_responses {
         the_official_sdks_responses_get_a_certified_function_call_once,
         a_conversation_by_previous_response_id_survives_a_failover_to_another_kind,
         an_agents_sdk_agent_runs_a_certified_tool_once_through_a_dropped_answer,
+        a_background_response_is_read_back_resumed_and_deleted_with_one_call,
+        an_unknown_background_response_stays_in_progress_until_resolved_then_cancels,
     );
 }
 

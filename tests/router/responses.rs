@@ -411,3 +411,184 @@ pub async fn an_agents_sdk_agent_runs_a_certified_tool_once_through_a_dropped_an
     );
     assert_eq!(fake.calls(), 1, "one provider call for the one intent");
 }
+
+const BACKGROUND: &str = r#"
+import json, os, urllib.request
+import openai
+from openai import OpenAI
+
+base = os.environ["BASE_URL"]
+client = OpenAI(base_url=base + "/v1", api_key=os.environ["API_KEY"], max_retries=0)
+system = os.environ["SYSTEM_PROMPT"]
+key = lambda k: {"Idempotency-Key": k}
+ask = lambda text, k, **kw: client.responses.create(model="language", instructions=system, input=text, background=True, extra_headers=key(k), **kw)
+seq = lambda events: [[e.type, e.sequence_number] for e in events]
+def error(call):
+    try:
+        call()
+    except openai.APIStatusError as e:
+        return {"class": type(e).__name__, "status": e.status_code, "code": getattr(e, "code", None), "message": e.message}
+    return None
+seen = {}
+
+if os.environ["PART"] == "complete":
+    created = ask(os.environ["USER_FRENCH"], "bg-1")
+    seen["created"] = {"id": created.id, "status": created.status, "background": created.background}
+    # A stream of the response ends as its job does: the wait, without polling.
+    list(client.responses.retrieve(created.id, stream=True))
+    done = client.responses.retrieve(created.id)
+    seen["done"] = {"id": done.id, "status": done.status, "text": done.output_text, "background": done.background}
+    # A background stream broken after three events, resumed after the last one seen.
+    stream = ask(os.environ["USER_GERMAN"], "bg-2", stream=True)
+    first = []
+    for event in stream:
+        first.append(event)
+        if len(first) == 3:
+            break
+    stream.close()
+    resumed = list(client.responses.retrieve(first[0].response.id, stream=True, starting_after=first[-1].sequence_number))
+    whole = list(client.responses.retrieve(first[0].response.id, stream=True))
+    seen["resume"] = {
+        "first": seq(first), "rest": seq(resumed), "whole": seq(whole),
+        "text": "".join(e.delta for e in first + resumed if e.type == "response.output_text.delta"),
+        "final": resumed[-1].response.output_text,
+    }
+    items = client.responses.input_items.list(created.id)
+    seen["items"] = [i.model_dump() for i in items.data]
+    seen["cancel_completed"] = error(lambda: client.responses.cancel(created.id))
+    seen["bad_query"] = error(lambda: client.responses.retrieve(created.id, extra_query={"verbose": "1"}))
+    client.responses.delete(created.id)
+    seen["after_delete"] = error(lambda: client.responses.retrieve(created.id))
+    seen["delete_again"] = error(lambda: client.responses.delete(created.id))
+    seen["replay_after_delete"] = ask(os.environ["USER_FRENCH"], "bg-1").id
+else:
+    created = ask(os.environ["USER_FRENCH"], "bg-hang")
+    seen["created"] = created.status
+    list(client.responses.retrieve(created.id, stream=True))
+    now = client.responses.retrieve(created.id)
+    seen["unknown"] = {"status": now.status, "reason": now.status_reason, "job_id": now.job_id}
+    seen["cancel_in_flight"] = error(lambda: client.responses.cancel(created.id))
+    # An admin resolves the unknown attempt: the job has none open, and waits.
+    resolve = urllib.request.Request(f"{base}/v1/jobs/{now.job_id}/attempts/1/cancel", method="POST", headers={"Authorization": "Bearer " + os.environ["ADMIN_KEY"]})
+    with urllib.request.urlopen(resolve) as resolved:
+        seen["resolved"] = resolved.status
+    queued = client.responses.retrieve(created.id)
+    seen["queued"] = {"status": queued.status, "reason": queued.status_reason}
+    seen["cancelled"] = client.responses.cancel(created.id).status
+    seen["cancelled_again"] = client.responses.cancel(created.id).status
+    seen["after"] = client.responses.retrieve(created.id).status
+print(json.dumps(seen))
+"#;
+
+/// The environment of a client of the `language` route.
+fn language_env(router: &Router) -> Vec<(&'static str, String)> {
+    let language = contract("language-detect");
+    let render = |text: &str| language.render(&json!({"text": text})).unwrap();
+    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
+    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
+    vec![
+        ("BASE_URL", router.base.clone()),
+        ("API_KEY", ACME.to_owned()),
+        ("ADMIN_KEY", crate::harness::ACME_ADMIN.to_owned()),
+        ("SYSTEM_PROMPT", french.system),
+        ("USER_FRENCH", french.user),
+        ("USER_GERMAN", german.user),
+    ]
+}
+
+async fn run_background(python: &str, router: &Router, part: &str) -> Value {
+    let mut env = language_env(router);
+    env.push(("PART", part.to_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    run_client(python, BACKGROUND, &env).await
+}
+
+pub async fn a_background_response_is_read_back_resumed_and_deleted_with_one_call(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let router = Router::one_route(db, &fake, "").await;
+    let seen = run_background(&python, &router, "complete").await;
+    let created = &seen["created"];
+    assert!(
+        ["queued", "in_progress"].contains(&created["status"].as_str().unwrap()),
+        "a background create answers at once: {seen}"
+    );
+    assert_eq!(created["background"], true);
+    let done = &seen["done"];
+    assert_eq!(done["id"], created["id"]);
+    assert_eq!(done["status"], "completed", "{seen}");
+    assert_eq!(done["background"], true);
+    assert_eq!(
+        serde_json::from_str::<Value>(done["text"].as_str().unwrap()).unwrap(),
+        json!({"language": "french"})
+    );
+    // The resumed stream has exactly the events the broken one missed.
+    let resume = &seen["resume"];
+    let mut joined = resume["first"].as_array().unwrap().clone();
+    assert_eq!(joined.len(), 3, "{seen}");
+    joined.extend(resume["rest"].as_array().unwrap().iter().cloned());
+    assert_eq!(Value::Array(joined), resume["whole"], "{seen}");
+    assert_eq!(
+        resume["whole"].as_array().unwrap().last().unwrap()[0],
+        "response.completed"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(resume["text"].as_str().unwrap()).unwrap(),
+        json!({"language": "german"})
+    );
+    assert_eq!(resume["final"], resume["text"]);
+    // The input as sent: the one user message.
+    let items = seen["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{seen}");
+    assert_eq!(items[0]["type"], "message");
+    assert_eq!(items[0]["role"], "user");
+    assert_eq!(items[0]["content"][0]["type"], "input_text");
+    assert!(items[0]["id"].as_str().unwrap().starts_with("msg_"));
+    assert_eq!(seen["cancel_completed"]["status"], 409, "{seen}");
+    assert_eq!(seen["bad_query"]["status"], 400, "{seen}");
+    // Deleted: not found any more, while its key still names the job.
+    assert_eq!(seen["after_delete"]["status"], 404, "{seen}");
+    assert_eq!(seen["delete_again"]["status"], 404, "{seen}");
+    assert_eq!(seen["replay_after_delete"], created["id"]);
+    // Two intents, two provider calls, however often they were read.
+    assert_eq!(fake.calls(), 2, "{seen}");
+}
+
+pub async fn an_unknown_background_response_stays_in_progress_until_resolved_then_cancels(
+    db: &TestDb,
+) {
+    let Some(python) = sdk_python() else { return };
+    let (fake, router) = Router::behaving(db, Behavior::Hang, "attempt_timeout_ms = 300\n").await;
+    let seen = run_background(&python, &router, "hang").await;
+    assert_eq!(seen["created"], "in_progress", "{seen}");
+    // Unknown: neither failed nor completed, and the reason in words.
+    let unknown = &seen["unknown"];
+    assert_eq!(unknown["status"], "in_progress", "{seen}");
+    let reason = unknown["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("unknown") && reason.contains("may have done the work"),
+        "{seen}"
+    );
+    // Never cancelled while the provider may be doing the work.
+    let in_flight = &seen["cancel_in_flight"];
+    assert_eq!(in_flight["status"], 409, "{seen}");
+    assert_eq!(in_flight["code"], "response_in_flight", "{seen}");
+    assert_eq!(seen["resolved"], 200, "{seen}");
+    assert_eq!(seen["queued"]["status"], "queued", "{seen}");
+    assert_eq!(seen["cancelled"], "cancelled", "{seen}");
+    assert_eq!(seen["cancelled_again"], "cancelled");
+    assert_eq!(seen["after"], "cancelled");
+    // A cancelled job is over: a retry starts nothing.
+    let job_id = unknown["job_id"].as_str().unwrap();
+    let retried = router
+        .client
+        .post(format!("{}/v1/jobs/{job_id}/retry", router.base))
+        .bearer_auth(ACME)
+        .send()
+        .await
+        .unwrap();
+    assert!(retried.status().is_client_error(), "{}", retried.status());
+    let (_, job) = router.get(ACME, &format!("/v1/jobs/{job_id}")).await;
+    assert_eq!(job["state"], "cancelled", "{job}");
+    assert_eq!(fake.calls(), 1, "{seen}");
+}

@@ -761,6 +761,9 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
             "/v1/providers",
             "/v1/providers/{provider}/contracts/{contract}/reinstate",
             "/v1/responses",
+            "/v1/responses/{id}",
+            "/v1/responses/{id}/cancel",
+            "/v1/responses/{id}/input_items",
         ]
     );
     for (path, operations) in paths {

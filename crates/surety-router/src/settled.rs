@@ -208,6 +208,7 @@ mod tests {
             kind: surety_store::JobKind::Native,
             messages: None,
             request: None,
+            deleted_at_ms: None,
         };
         let attempt = |ordinal, state| Attempt {
             job_id: id.clone(),

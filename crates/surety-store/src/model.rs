@@ -90,6 +90,9 @@ pub struct Job {
     pub messages: Option<Value>,
     /// See [`NewJob::request`].
     pub request: Option<Value>,
+    /// When its owner deleted the response this job is: it is no longer
+    /// found as a response, while the job stays.
+    pub deleted_at_ms: Option<i64>,
 }
 
 /// How a job was asked for: recorded with it, never guessed from its input.

@@ -10,7 +10,8 @@
 
 use serde_json::Value;
 use surety_core::{
-    AttemptEvent, AttemptState, Fingerprint, JobEvent, JobState, attempt_after, job_after,
+    AttemptEvent, AttemptState, Fingerprint, JobEvent, JobState, TransitionError, attempt_after,
+    job_after,
 };
 
 use crate::conn::{Conn, Param, Val, Values};
@@ -732,6 +733,59 @@ pub(crate) async fn cancel_attempt<C: Conn>(
     settle(c, sql, job_id, JobState::Queued).await
 }
 
+/// Cancels the owner's job when nothing of it may still run: it is queued
+/// or failed, with no attempt open. A job already cancelled stays so; an
+/// open attempt (started, or unknown: the provider may be doing the work)
+/// refuses, as a final job does. The row lock, then one guarded statement
+/// with its count checked: a claim that got in first leaves it running.
+pub(crate) async fn cancel_job<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: &OwnerId,
+    job_id: &JobId,
+) -> Result<(), StoreError> {
+    let locked = lock_job(c, &sql.lock_job, owner, job_id).await?;
+    if locked.state == JobState::Cancelled {
+        return Ok(());
+    }
+    job_after(locked.state, JobEvent::Cancelled)?;
+    let attempts = c.rows(&sql.select_attempts, &[Text(&job_id.0)]).await?;
+    for row in &attempts {
+        let attempt = attempt_from(row)?;
+        if attempt.state.is_open() {
+            return Err(StoreError::AttemptOpen {
+                job_id: job_id.clone(),
+                ordinal: attempt.ordinal,
+                state: attempt.state,
+            });
+        }
+    }
+    let cancelled = c
+        .execute(&sql.cancel_job, &[Text(&job_id.0), Text(&owner.0)])
+        .await?;
+    if cancelled == 0 {
+        return Err(StoreError::Transition(TransitionError::Job {
+            from: locked.state,
+            event: JobEvent::Cancelled,
+        }));
+    }
+    Ok(())
+}
+
+/// Marks the owner's Responses job deleted; false when there is no such
+/// job, or it was deleted already.
+pub(crate) async fn delete_response<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    owner: &OwnerId,
+    job_id: &JobId,
+) -> Result<bool, StoreError> {
+    let deleted = c
+        .execute(&sql.delete_response, &[Text(&job_id.0), Text(&owner.0)])
+        .await?;
+    Ok(deleted == 1)
+}
+
 /// The attempts whose lease has expired, on the database's clock.
 pub(crate) async fn expired<C: Conn>(
     c: &mut C,
@@ -1061,7 +1115,7 @@ fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
 }
 
 /// How many columns `sql::JOB_COLUMNS` lists.
-const JOB_COLUMNS: usize = 19;
+const JOB_COLUMNS: usize = 20;
 
 /// A job from a row of `sql::JOB_COLUMNS`, in their order.
 fn job_from(row: &[Val]) -> Result<Job, StoreError> {
@@ -1097,6 +1151,7 @@ fn job_from(row: &[Val]) -> Result<Job, StoreError> {
             .opt_text("request")?
             .map(|text| parse_json("request", &text))
             .transpose()?,
+        deleted_at_ms: get(19, "deleted_at_ms")?.opt_int("deleted_at_ms")?,
     })
 }
 

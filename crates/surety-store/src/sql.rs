@@ -57,6 +57,11 @@ pub struct Sql {
     pub record_race: String,
     pub select_races: String,
     pub settle_job_state: String,
+    /// Cancels owner `$2`'s job `$1` when it is idle: queued or failed, with
+    /// no attempt open (none started, none unknown).
+    pub cancel_job: String,
+    /// Marks owner `$2`'s Responses job `$1` deleted, once.
+    pub delete_response: String,
     pub select_expired: String,
     pub reap_attempt: String,
     pub count_unknown: String,
@@ -105,7 +110,7 @@ const PRUNABLE: &str = "SELECT id FROM jobs \
 
 const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contract_digest, input, \
      fingerprint, hedgeable, state, version, result, completed_by, created_at_ms, updated_at_ms, completion, \
-     kind, messages, request";
+     kind, messages, request, deleted_at_ms";
 
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
      lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
@@ -475,6 +480,15 @@ impl Sql {
                          THEN 'unknown' \
                      ELSE $2 END \
                  WHERE id = $1 AND state NOT IN ('succeeded', 'cancelled')",
+            ),
+            cancel_job: fill(
+                "UPDATE jobs SET updated_at_ms = {now}, state = 'cancelled' \
+                 WHERE id = $1 AND owner_id = $2 AND state IN ('queued', 'failed') \
+                   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.id AND a.state IN {open})",
+            ),
+            delete_response: fill(
+                "UPDATE jobs SET deleted_at_ms = {now} \
+                 WHERE id = $1 AND owner_id = $2 AND kind = 'responses' AND deleted_at_ms IS NULL",
             ),
             select_expired: fill(
                 "SELECT a.job_id, a.ordinal, j.owner_id FROM attempts a JOIN jobs j ON j.id = a.job_id \

@@ -86,7 +86,7 @@ const RESERVED_FRACTION: i64 = 8;
 /// `migrations/sqlite/` holds SQLite's own (PostgreSQL's migrator reads
 /// only the files directly under `migrations/`), and the files named
 /// `*_postgres_*` are PostgreSQL's own, left out here.
-const MIGRATIONS: [&str; 8] = [
+const MIGRATIONS: [&str; 9] = [
     include_str!("../migrations/0001_jobs_and_attempts.sql"),
     include_str!("../migrations/0002_job_completion.sql"),
     include_str!("../migrations/0003_settled_jobs_index.sql"),
@@ -95,6 +95,7 @@ const MIGRATIONS: [&str; 8] = [
     include_str!("../migrations/0006_trust.sql"),
     include_str!("../migrations/sqlite/0007_checks_without_value_lists.sql"),
     include_str!("../migrations/0009_job_request.sql"),
+    include_str!("../migrations/0010_job_deleted.sql"),
 ];
 
 /// An operation queued for the writer.
@@ -1179,11 +1180,12 @@ mod tests {
         )
         .unwrap();
         let (version, after) = lite.read(|c| Ok(contents(c.0))).unwrap();
-        // Every row as it was; a job gains the later migration's `request`, unset.
+        // Every row as it was; a job gains the later migrations' `request`
+        // and `deleted_at_ms`, unset.
         let kept: Vec<String> = before
             .iter()
             .map(|row| match row.starts_with("jobs: ") {
-                true => format!("{row}, Null"),
+                true => format!("{row}, Null, Null"),
                 false => row.clone(),
             })
             .collect();

@@ -579,6 +579,31 @@ impl Store {
         Ok(())
     }
 
+    /// Cancels the owner's job when nothing of it may still run (queued or
+    /// failed, no attempt open); a job cancelled already stays so. Refused
+    /// with [`StoreError::AttemptOpen`] while an attempt is started or
+    /// unknown, and as a transition for a succeeded job.
+    pub async fn cancel_job(&self, owner: &OwnerId, job_id: &JobId) -> Result<(), StoreError> {
+        let (owner, id) = (owner.clone(), job_id.clone());
+        on_engine!(self, write, |c, sql| ops::cancel_job(c, sql, &owner, &id))?;
+        tracing::info!(job_id = %job_id, "job cancelled");
+        Ok(())
+    }
+
+    /// Marks the owner's Responses job deleted (it is no longer found as a
+    /// response; the job stays); false when there is no such response, or
+    /// it was deleted already.
+    pub async fn delete_response(
+        &self,
+        owner: &OwnerId,
+        job_id: &JobId,
+    ) -> Result<bool, StoreError> {
+        let (owner, id) = (owner.clone(), job_id.clone());
+        on_engine!(self, write, |c, sql| ops::delete_response(
+            c, sql, &owner, &id
+        ))
+    }
+
     /// Turns every `started` attempt whose lease has expired (on the
     /// database's clock) into `unknown`, and returns the attempts it moved.
     /// Safe to run from several routers at once: each attempt moves once.

@@ -53,6 +53,14 @@ pub fn routes() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(super::jobs::cancel))
         .routes(routes!(super::facade::chat_completions))
         .routes(routes!(super::facade::responses_api::create_response))
+        .routes(routes!(
+            super::facade::responses_api::stored::retrieve_response,
+            super::facade::responses_api::stored::delete_response
+        ))
+        .routes(routes!(
+            super::facade::responses_api::stored::cancel_response
+        ))
+        .routes(routes!(super::facade::responses_api::stored::input_items))
         .routes(routes!(super::facade::models))
         .routes(routes!(super::ops::providers))
         .routes(routes!(super::ops::reinstate))

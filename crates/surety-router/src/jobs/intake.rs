@@ -263,9 +263,25 @@ async fn create(
 /// The job a replayed key names, counted.
 fn replayed(state: &AppState, job: Job, watch: bool) -> CreatedJob {
     state.inner.metrics.replays.inc();
-    CreatedJob {
-        waiter: watch.then(|| state.inner.settled.watch(&job.id)),
-        job,
-        replayed: true,
+    match watch {
+        true => CreatedJob::watched(state, job),
+        false => CreatedJob {
+            job,
+            replayed: true,
+            waiter: None,
+        },
+    }
+}
+
+impl CreatedJob {
+    /// A job read before, watched from now on: waiting for it
+    /// ([`super::wait_at_rest`]) reads it again first, as it may have
+    /// moved since.
+    pub fn watched(state: &AppState, job: Job) -> CreatedJob {
+        CreatedJob {
+            waiter: Some(state.inner.settled.watch(&job.id)),
+            job,
+            replayed: true,
+        }
     }
 }

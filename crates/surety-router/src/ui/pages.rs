@@ -164,11 +164,7 @@ pub(super) async fn job_page(
     let found = match query.wait {
         Some(seconds) => match state.inner.store.job(&owner, &id).await {
             Ok(job) => {
-                let seen = crate::jobs::CreatedJob {
-                    job,
-                    replayed: true,
-                    waiter: Some(state.inner.settled.watch(&id)),
-                };
+                let seen = crate::jobs::CreatedJob::watched(&state, job);
                 let limit = Duration::from_secs(seconds.min(MAX_WAIT_S));
                 crate::jobs::wait_at_rest(&state, &owner, seen, limit)
                     .await

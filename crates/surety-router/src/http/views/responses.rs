@@ -86,6 +86,12 @@ pub struct ResponseObject {
     pub usage: Option<ResponseUsage>,
     /// The surety job this response is.
     pub job_id: String,
+    /// Why the response has its status, where the status alone would
+    /// mislead: a job `unknown` (its attempt timed out after the request
+    /// left, so the provider may have done the work) is `in_progress`
+    /// with this saying so, and stays so until it is resolved; a job
+    /// waiting for a retry is `queued` with this saying why.
+    pub status_reason: Option<String>,
 }
 
 /// Why a response failed.
@@ -237,6 +243,11 @@ pub enum ResponseEvent {
         response: Box<ResponseObject>,
         sequence_number: u64,
     },
+    #[serde(rename = "response.failed")]
+    Failed {
+        response: Box<ResponseObject>,
+        sequence_number: u64,
+    },
 }
 
 impl ResponseEvent {
@@ -258,8 +269,75 @@ impl ResponseEvent {
             }
             ResponseEvent::OutputItemDone { .. } => "response.output_item.done",
             ResponseEvent::Completed { .. } => "response.completed",
+            ResponseEvent::Failed { .. } => "response.failed",
         }
     }
+
+    /// The event's place in its stream.
+    pub fn sequence_number(&self) -> u64 {
+        match self {
+            ResponseEvent::Created {
+                sequence_number, ..
+            }
+            | ResponseEvent::InProgress {
+                sequence_number, ..
+            }
+            | ResponseEvent::OutputItemAdded {
+                sequence_number, ..
+            }
+            | ResponseEvent::ContentPartAdded {
+                sequence_number, ..
+            }
+            | ResponseEvent::OutputTextDelta {
+                sequence_number, ..
+            }
+            | ResponseEvent::OutputTextDone {
+                sequence_number, ..
+            }
+            | ResponseEvent::ContentPartDone {
+                sequence_number, ..
+            }
+            | ResponseEvent::FunctionCallArgumentsDelta {
+                sequence_number, ..
+            }
+            | ResponseEvent::FunctionCallArgumentsDone {
+                sequence_number, ..
+            }
+            | ResponseEvent::OutputItemDone {
+                sequence_number, ..
+            }
+            | ResponseEvent::Completed {
+                sequence_number, ..
+            }
+            | ResponseEvent::Failed {
+                sequence_number, ..
+            } => *sequence_number,
+        }
+    }
+}
+
+/// `GET /v1/responses/{id}/input_items`: a page of a response's input
+/// items, as it was sent (a string input is one user message).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InputItemList {
+    /// Always `list`.
+    pub object: String,
+    /// Items: `message` (with `input_text` or `output_text` content),
+    /// `function_call`, `function_call_output`; each with an `id`.
+    #[schema(value_type = Vec<Object>)]
+    pub data: Vec<Value>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+/// `DELETE /v1/responses/{id}`: the response is no longer found.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResponseDeleted {
+    pub id: String,
+    /// Always `response`.
+    pub object: String,
+    pub deleted: bool,
 }
 
 /// One server-sent event of a streamed response: `event` is its type and

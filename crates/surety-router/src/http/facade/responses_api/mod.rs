@@ -10,9 +10,15 @@
 //! and its output, then the new instructions and input) and sends it to
 //! whichever provider of the route is certified now, of any kind. Either
 //! way the answer is checked against the contract before a byte is sent.
+//!
+//! With `background` the request answers at once with the job as it is;
+//! `stored` reads it back (`GET /v1/responses/{id}`, its stream resumable
+//! by sequence number), cancels it by the job rules, lists its input and
+//! deletes it from later lookups.
 
 mod reply;
 mod request;
+pub mod stored;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -21,7 +27,7 @@ use serde_json::Value;
 use surety_config::Facade;
 use surety_core::{Fingerprint, JobState};
 use surety_providers::{Message, Role};
-use surety_store::{JobKind, OwnerId, StoreError};
+use surety_store::{Attempt, Job, JobKind, OwnerId, StoreError};
 
 use super::reply::{answer_calls, unsettled};
 use super::request::pin;
@@ -32,7 +38,8 @@ use crate::http::responses::{OpenAiFull, OpenAiLimited, OpenAiUnauthorized, Open
 use crate::http::views::{OpenAiErrorView, ResponseEventDoc, ResponseObject, ResponseRequestDoc};
 use crate::jobs::{Intake, create_or_replay, job_messages, route_and_contract, wait_at_rest};
 use crate::state::AppState;
-use reply::{deliver, job_of, response_of};
+use reply::{deliver, job_of, live, response_of};
+
 use request::{input_messages, parameters};
 
 /// OpenAI's Responses API, on a route's contract.
@@ -45,7 +52,7 @@ use request::{input_messages, parameters};
     ),
     request_body(content = ResponseRequestDoc, content_type = "application/json"),
     responses(
-        (status = 200, description = "The response, as JSON, or with `stream` as server-sent events (`response.created` … `response.completed`), each with its `sequence_number`", content(
+        (status = 200, description = "The response, as JSON, or with `stream` as server-sent events (`response.created` … `response.completed`), each with its `sequence_number`. With `background`, at once: the response as its job is (`in_progress`), read later by `GET /v1/responses/{id}`; a background stream sends its opening events at once and the rest as the job ends", content(
             (ResponseObject = "application/json"),
             (ResponseEventDoc = "text/event-stream"),
         )),
@@ -157,16 +164,81 @@ async fn respond(
         Facade::OutputOnly => intake.keeping_messages()?,
         Facade::Pinned => intake,
     };
-    let created = create_or_replay(state, intake, true).await?;
+    // In the background only a stream waits for the job.
+    let watch = !asked.background || asked.stream;
+    let created = create_or_replay(state, intake, watch).await?;
     let replayed = created.replayed;
-    let limit = state.inner.settings.attempt_timeout + std::time::Duration::from_secs(5);
-    let (_, job, attempts) = wait_at_rest(state, &owner, created, limit).await?;
-    let mut response = match job.state {
-        JobState::Succeeded => deliver(response_of(&job, &body, asked.tool_calls), asked.stream),
-        _ => return Err(unsettled(&job, &attempts)),
+    let limit = stream_limit(state);
+    let (job, mut response) = match (asked.background, asked.stream) {
+        (true, true) => {
+            let job = created.job.clone();
+            let live = live(state, &owner, created, body, asked.tool_calls, None, limit);
+            (job, live)
+        }
+        (true, false) => {
+            // A new job is as it was just recorded (an attempt started);
+            // a replay's may have moved since it was found.
+            let (job, attempts) = match replayed {
+                false => (created.job, Vec::new()),
+                true => {
+                    let (_, job, attempts) = wait_at_rest(state, &owner, created, limit).await?;
+                    (job, attempts)
+                }
+            };
+            let now = response_of(&job, &attempts, &body, asked.tool_calls);
+            (job, deliver(now, false))
+        }
+        (false, _) => {
+            let (_, job, attempts) = wait_at_rest(state, &owner, created, limit).await?;
+            let response = match job.state {
+                JobState::Succeeded => deliver(
+                    response_of(&job, &attempts, &body, asked.tool_calls),
+                    asked.stream,
+                ),
+                _ => return Err(unsettled(&job, &attempts)),
+            };
+            (job, response)
+        }
     };
     stamp(&mut response, replayed, keyless, &job, route.facade);
     Ok(response)
+}
+
+/// How long a request waits for its job: an attempt's whole time, and a
+/// little for its commit.
+fn stream_limit(state: &AppState) -> std::time::Duration {
+    state.inner.settings.attempt_timeout + std::time::Duration::from_secs(5)
+}
+
+/// The owner's response `id`, unless it was deleted: a 404 in OpenAI's
+/// format for an id surety never made, another owner's, or another kind
+/// of job's. `param` names the parameter that carried the id, if one did.
+async fn find_response(
+    state: &AppState,
+    owner: &OwnerId,
+    id: &str,
+    param: Option<&str>,
+) -> Result<(Job, Vec<Attempt>), OpenAiError> {
+    let not_found = || OpenAiError {
+        status: StatusCode::NOT_FOUND,
+        kind: "invalid_request_error",
+        code: match param {
+            Some(_) => "previous_response_not_found",
+            None => "response_not_found",
+        },
+        param: param.map(str::to_owned),
+        message: format!("no response `{id}` of this API key's owner"),
+        should_retry: Some(false),
+        retry_after: None,
+    };
+    let job_id = job_of(id).ok_or_else(not_found)?;
+    match state.inner.store.job_and_attempts(owner, &job_id).await {
+        Ok((job, attempts)) if job.kind == JobKind::Responses && job.deleted_at_ms.is_none() => {
+            Ok((job, attempts))
+        }
+        Ok(_) | Err(StoreError::JobNotFound(_)) => Err(not_found()),
+        Err(e) => Err(ApiError::from(e).into()),
+    }
 }
 
 /// The conversation a response continues: the earlier response's own
@@ -179,21 +251,7 @@ async fn conversation(
     id: &str,
 ) -> Result<Vec<Message>, OpenAiError> {
     let param = Some("previous_response_id");
-    let not_found = || OpenAiError {
-        status: StatusCode::NOT_FOUND,
-        kind: "invalid_request_error",
-        code: "previous_response_not_found",
-        param: param.map(str::to_owned),
-        message: format!("no response `{id}` of this API key's owner"),
-        should_retry: Some(false),
-        retry_after: None,
-    };
-    let job_id = job_of(id).ok_or_else(not_found)?;
-    let job = match state.inner.store.job(owner, &job_id).await {
-        Ok(job) if job.kind == JobKind::Responses => job,
-        Ok(_) | Err(StoreError::JobNotFound(_)) => return Err(not_found()),
-        Err(e) => return Err(ApiError::from(e).into()),
-    };
+    let (job, _) = find_response(state, owner, id, param).await?;
     let request = job.request.clone().unwrap_or_default();
     if request["store"] == false {
         return Err(OpenAiError::bad_request(

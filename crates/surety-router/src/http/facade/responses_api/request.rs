@@ -25,6 +25,8 @@ pub(super) struct Asked {
     pub(super) previous: Option<String>,
     /// Whether the response may be continued later (`store`, default true).
     pub(super) store: bool,
+    /// Answer at once with the job as it is; its outcome is read later.
+    pub(super) background: bool,
 }
 
 fn refuse(param: &str, why: impl Into<String>) -> OpenAiError {
@@ -45,6 +47,7 @@ pub(super) fn parameters(
         instructions: None,
         previous: None,
         store: true,
+        background: false,
     };
     let boolean = |name: &str, value: &Value| match value {
         Value::Bool(on) => Ok(Some(*on)),
@@ -58,14 +61,7 @@ pub(super) fn parameters(
             "user" | "safety_identifier" if value.is_string() || value.is_null() => {}
             "stream" => asked.stream = boolean(name, value)?.unwrap_or(false),
             "store" => asked.store = boolean(name, value)?.unwrap_or(true),
-            "background" => {
-                if boolean(name, value)? == Some(true) {
-                    return Err(refuse(
-                        name,
-                        "`background` is not supported yet: send the request without it, with an Idempotency-Key (a retry of the same key waits for the same job)",
-                    ));
-                }
-            }
+            "background" => asked.background = boolean(name, value)?.unwrap_or(false),
             "instructions" => match value {
                 Value::String(text) => asked.instructions = Some(text.clone()),
                 Value::Null => {}
@@ -166,6 +162,12 @@ pub(super) fn parameters(
                 ));
             }
         }
+    }
+    if asked.background && !asked.store {
+        return Err(refuse(
+            "store",
+            "a `background` response is read back later, so it must be stored: send `store: true` or none",
+        ));
     }
     Ok(asked)
 }
