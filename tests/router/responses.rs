@@ -69,24 +69,9 @@ pub async fn the_official_sdks_responses_get_their_answer_once(db: &TestDb) {
     let Some(python) = sdk_python() else { return };
     let fake = FakeProvider::start(language_script()).await.unwrap();
     let router = Router::one_route(db, &fake, "").await;
-    let language = contract("language-detect");
-    let render = |text: &str| language.render(&json!({"text": text})).unwrap();
-    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
-    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
-    let schema = language.schema.to_string();
-    let seen = run_client(
-        &python,
-        CLIENT,
-        &[
-            ("BASE_URL", &router.base),
-            ("API_KEY", ACME),
-            ("SYSTEM_PROMPT", &french.system),
-            ("USER_FRENCH", &french.user),
-            ("USER_GERMAN", &german.user),
-            ("SCHEMA", &schema),
-        ],
-    )
-    .await;
+    let mut env = language_env(&router);
+    env.push(("SCHEMA", contract("language-detect").schema.to_string()));
+    let seen = run_language_client(&python, CLIENT, &env).await;
     let parsed = |v: &Value| serde_json::from_str::<Value>(v.as_str().unwrap()).unwrap();
     let first = &seen["first"];
     assert!(first["id"].as_str().unwrap().starts_with("resp_"), "{seen}");
@@ -197,21 +182,8 @@ pub async fn the_official_sdks_responses_get_a_certified_function_call_once(db: 
         .await
         .unwrap();
     let router = crate::tools::support_router(db, &[("gpt", "openai", &fake)]).await;
-    let messages = crate::tools::case_messages("damaged-teapot").to_string();
-    let tools = crate::tools::openai_tools().to_string();
-    let seen = run_client(
-        &python,
-        TOOL_CLIENT,
-        &[
-            ("BASE_URL", &router.base),
-            ("API_KEY", ACME),
-            ("MESSAGES", &messages),
-            ("TOOLS", &tools),
-        ],
-    )
-    .await;
-    let refund =
-        json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"});
+    let seen = crate::tools::run_teapot_client(&python, TOOL_CLIENT, &router.base).await;
+    let refund = crate::tools::teapot_refund();
     let call = &seen["call"];
     assert_eq!(call["type"], "function_call", "{seen}");
     assert_eq!(call["name"], "refund", "{seen}");
@@ -382,21 +354,8 @@ pub async fn an_agents_sdk_agent_runs_a_certified_tool_once_through_a_dropped_an
     let router = crate::tools::support_router(db, &[("gpt", "openai", &fake)]).await;
     // The model's first answer is dropped on the way back: the SDK retries.
     let proxy = crate::sdk::DroppingProxy::start(&router.base, 1).await;
-    let messages = crate::tools::case_messages("damaged-teapot").to_string();
-    let tools = crate::tools::openai_tools().to_string();
-    let seen = run_client(
-        &python,
-        AGENT,
-        &[
-            ("BASE_URL", &proxy.url),
-            ("API_KEY", ACME),
-            ("MESSAGES", &messages),
-            ("TOOLS", &tools),
-        ],
-    )
-    .await;
-    let refund =
-        json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"});
+    let seen = crate::tools::run_teapot_client(&python, AGENT, &proxy.url).await;
+    let refund = crate::tools::teapot_refund();
     assert_eq!(
         seen["ran"],
         json!([{"name": "refund", "arguments": refund}]),
@@ -496,11 +455,15 @@ fn language_env(router: &Router) -> Vec<(&'static str, String)> {
     ]
 }
 
+async fn run_language_client(python: &str, script: &str, env: &[(&str, String)]) -> Value {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    run_client(python, script, &env).await
+}
+
 async fn run_background(python: &str, router: &Router, part: &str) -> Value {
     let mut env = language_env(router);
     env.push(("PART", part.to_owned()));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    run_client(python, BACKGROUND, &env).await
+    run_language_client(python, BACKGROUND, &env).await
 }
 
 pub async fn a_background_response_is_read_back_resumed_and_deleted_with_one_call(db: &TestDb) {

@@ -379,21 +379,8 @@ pub async fn the_official_openai_sdk_gets_a_certified_tool_call_once(db: &TestDb
         .await
         .unwrap();
     let router = crate::tools::support_router(db, &[("claude", "anthropic", &fake)]).await;
-    let messages = crate::tools::case_messages("damaged-teapot").to_string();
-    let tools = crate::tools::openai_tools().to_string();
-    let seen = run_client(
-        &python,
-        TOOL_CLIENT,
-        &[
-            ("BASE_URL", &router.base),
-            ("API_KEY", ACME),
-            ("MESSAGES", &messages),
-            ("TOOLS", &tools),
-        ],
-    )
-    .await;
-    let refund =
-        json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"});
+    let seen = crate::tools::run_teapot_client(&python, TOOL_CLIENT, &router.base).await;
+    let refund = crate::tools::teapot_refund();
     assert_eq!(seen["finish_reason"], "tool_calls", "{seen}");
     assert!(seen["content"].is_null(), "{seen}");
     let call = &seen["calls"][0];

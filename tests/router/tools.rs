@@ -107,6 +107,25 @@ pub fn openai_tools() -> Value {
         .collect()
 }
 
+/// The refund the `damaged-teapot` case certifies.
+pub fn teapot_refund() -> Value {
+    json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"})
+}
+
+/// Runs an SDK client `script` of the `damaged-teapot` case against
+/// `base`: its prompt as `MESSAGES`, the certified tools as `TOOLS`.
+pub async fn run_teapot_client(python: &str, script: &str, base: &str) -> Value {
+    let messages = case_messages("damaged-teapot").to_string();
+    let tools = openai_tools().to_string();
+    let env = [
+        ("BASE_URL", base),
+        ("API_KEY", ACME),
+        ("MESSAGES", messages.as_str()),
+        ("TOOLS", tools.as_str()),
+    ];
+    crate::sdk::run_client(python, script, &env).await
+}
+
 fn down() -> Behavior {
     Behavior::Status {
         status: 500,
@@ -155,10 +174,7 @@ pub async fn a_tool_call_fails_over_to_another_kind_that_makes_the_same_call(db:
     assert_eq!(call["function"]["name"], "refund");
     let arguments: Value =
         serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
-    assert_eq!(
-        arguments,
-        json!({"order_id": "1042", "amount": 30.0, "currency": "EUR", "reason": "damaged"})
-    );
+    assert_eq!(arguments, teapot_refund());
     // The job: the primary failed, the fallback that answered in text
     // failed (never a success), the other kind's same call won.
     let id = answer["id"]

@@ -34,8 +34,19 @@ impl OpenAiError {
         param: Option<&str>,
         message: impl Into<String>,
     ) -> Self {
+        OpenAiError::invalid(StatusCode::BAD_REQUEST, code, param, message)
+    }
+
+    /// A refusal of the request (`invalid_request_error`) with `status`,
+    /// about `param` when one is at fault; a retry of it cannot help.
+    pub fn invalid(
+        status: StatusCode,
+        code: &'static str,
+        param: Option<&str>,
+        message: impl Into<String>,
+    ) -> Self {
         OpenAiError {
-            status: StatusCode::BAD_REQUEST,
+            status,
             kind: "invalid_request_error",
             code,
             param: param.map(str::to_owned),

@@ -198,8 +198,7 @@ async fn chat(
     };
     let created = create_or_replay(state, intake, true).await?;
     let replayed = created.replayed;
-    let limit = state.inner.settings.attempt_timeout + Duration::from_secs(5);
-    let (_, job, attempts) = wait_at_rest(state, &owner, created, limit).await?;
+    let (_, job, attempts) = wait_at_rest(state, &owner, created, answer_limit(state)).await?;
     let mut response = answer(&job, &attempts, delivery)?;
     stamp(&mut response, replayed, keyless, &job, route.facade);
     Ok(response)
@@ -207,6 +206,12 @@ async fn chat(
 
 /// The request's Idempotency-Key, and whether it came without one (a
 /// one-off job, when the operator allows those).
+/// How long a request waits for its job's answer: an attempt's whole
+/// time, and a little for its commit.
+fn answer_limit(state: &AppState) -> Duration {
+    state.inner.settings.attempt_timeout + Duration::from_secs(5)
+}
+
 fn intent_key(
     state: &AppState,
     headers: &HeaderMap,

@@ -4,7 +4,21 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use surety_store::{Job, JobId};
 use utoipa::ToSchema;
+
+/// The id of the response a job is: `resp_` and the job id's hex.
+pub fn response_id(job: &Job) -> String {
+    format!("resp_{}", job.id.0.replace('-', ""))
+}
+
+/// The job a response id names (`resp_` and the job id's hex), or `None`
+/// for an id surety never made.
+pub fn response_job(response_id: &str) -> Option<JobId> {
+    let hex = response_id.strip_prefix("resp_")?;
+    let id = uuid::Uuid::try_parse(hex).ok()?;
+    Some(JobId(id.hyphenated().to_string()))
+}
 
 /// `POST /v1/responses`, as far as surety reads it.
 #[derive(Debug, Serialize, ToSchema)]

@@ -31,14 +31,16 @@ use surety_store::{Attempt, Job, JobKind, OwnerId, StoreError};
 
 use super::reply::{answer_calls, unsettled};
 use super::request::pin;
-use super::{OpenAiCaller, OpenAiError, intent_key, stamp};
+use super::{OpenAiCaller, OpenAiError, answer_limit, intent_key, stamp};
 use crate::http::error::ApiError;
 use crate::http::extract::{Caller, JsonObject};
 use crate::http::responses::{OpenAiFull, OpenAiLimited, OpenAiUnauthorized, OpenAiUncertified};
-use crate::http::views::{OpenAiErrorView, ResponseEventDoc, ResponseObject, ResponseRequestDoc};
+use crate::http::views::{
+    OpenAiErrorView, ResponseEventDoc, ResponseObject, ResponseRequestDoc, response_job,
+};
 use crate::jobs::{Intake, create_or_replay, job_messages, route_and_contract, wait_at_rest};
 use crate::state::AppState;
-use reply::{deliver, job_of, live, response_of};
+use reply::{deliver, live, response_of};
 
 use request::{input_messages, parameters};
 
@@ -168,7 +170,7 @@ async fn respond(
     let watch = !asked.background || asked.stream;
     let created = create_or_replay(state, intake, watch).await?;
     let replayed = created.replayed;
-    let limit = stream_limit(state);
+    let limit = answer_limit(state);
     let (job, mut response) = match (asked.background, asked.stream) {
         (true, true) => {
             let job = created.job.clone();
@@ -204,10 +206,14 @@ async fn respond(
     Ok(response)
 }
 
-/// How long a request waits for its job: an attempt's whole time, and a
-/// little for its commit.
-fn stream_limit(state: &AppState) -> std::time::Duration {
-    state.inner.settings.attempt_timeout + std::time::Duration::from_secs(5)
+/// No response `id` of the caller's owner (`param` carried the id, if one did).
+fn not_found(id: &str, param: Option<&str>) -> OpenAiError {
+    let code = match param {
+        Some(_) => "previous_response_not_found",
+        None => "response_not_found",
+    };
+    let message = format!("no response `{id}` of this API key's owner");
+    OpenAiError::invalid(StatusCode::NOT_FOUND, code, param, message)
 }
 
 /// The owner's response `id`, unless it was deleted: a 404 in OpenAI's
@@ -219,24 +225,12 @@ async fn find_response(
     id: &str,
     param: Option<&str>,
 ) -> Result<(Job, Vec<Attempt>), OpenAiError> {
-    let not_found = || OpenAiError {
-        status: StatusCode::NOT_FOUND,
-        kind: "invalid_request_error",
-        code: match param {
-            Some(_) => "previous_response_not_found",
-            None => "response_not_found",
-        },
-        param: param.map(str::to_owned),
-        message: format!("no response `{id}` of this API key's owner"),
-        should_retry: Some(false),
-        retry_after: None,
-    };
-    let job_id = job_of(id).ok_or_else(not_found)?;
+    let job_id = response_job(id).ok_or_else(|| not_found(id, param))?;
     match state.inner.store.job_and_attempts(owner, &job_id).await {
         Ok((job, attempts)) if job.kind == JobKind::Responses && job.deleted_at_ms.is_none() => {
             Ok((job, attempts))
         }
-        Ok(_) | Err(StoreError::JobNotFound(_)) => Err(not_found()),
+        Ok(_) | Err(StoreError::JobNotFound(_)) => Err(not_found(id, param)),
         Err(e) => Err(ApiError::from(e).into()),
     }
 }

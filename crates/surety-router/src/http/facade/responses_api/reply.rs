@@ -16,23 +16,10 @@ use surety_store::{Attempt, Job, OwnerId};
 use super::super::reply::{answer_calls, job_hex, pieces, unsettled};
 use crate::http::views::{
     InputTokensDetails, OutputItem, OutputText, OutputTokensDetails, ResponseErrorView,
-    ResponseEvent, ResponseObject, ResponseUsage, UsageView,
+    ResponseEvent, ResponseObject, ResponseUsage, UsageView, response_id,
 };
 use crate::jobs::{CreatedJob, wait_at_rest};
 use crate::state::AppState;
-
-/// The id of the response a job is.
-pub(super) fn response_id(job: &Job) -> String {
-    format!("resp_{}", job_hex(job))
-}
-
-/// The job a response id names (`resp_` and the job id's hex), or `None`
-/// for an id surety never made.
-pub(super) fn job_of(response_id: &str) -> Option<surety_store::JobId> {
-    let hex = response_id.strip_prefix("resp_")?;
-    let id = uuid::Uuid::try_parse(hex).ok()?;
-    Some(surety_store::JobId(id.hyphenated().to_string()))
-}
 
 /// A succeeded job's answer as output items: its JSON as an output message,
 /// or a tool-call contract's calls as function calls (call ids as the Chat

@@ -9,15 +9,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use surety_store::{Job, StoreError};
+use surety_store::{Attempt, Job, StoreError};
 
+use super::super::answer_limit;
+use super::super::reply::job_hex;
 use super::super::{OpenAiCaller, OpenAiError};
-use super::reply::{live, response_id, response_of};
-use super::{find_response, stream_limit};
+use super::reply::{live, response_of};
+use super::{find_response, not_found};
 use crate::http::error::ApiError;
 use crate::http::responses::{OpenAiLimited, OpenAiUnauthorized};
 use crate::http::views::{
-    InputItemList, OpenAiErrorView, ResponseDeleted, ResponseEventDoc, ResponseObject,
+    InputItemList, OpenAiErrorView, ResponseDeleted, ResponseEventDoc, ResponseObject, response_id,
 };
 use crate::jobs::CreatedJob;
 use crate::state::AppState;
@@ -83,6 +85,12 @@ fn no_include(value: Option<&&str>) -> Result<(), OpenAiError> {
     }
 }
 
+/// The response a stored job is now, echoing the request it was created from.
+fn as_now(state: &AppState, job: &Job, attempts: &[Attempt]) -> ResponseObject {
+    let request = job.request.clone().unwrap_or(Value::Null);
+    response_of(job, attempts, &request, tool_calls(state, job))
+}
+
 /// Whether the response's contract answers with tool calls, as it is
 /// served now.
 fn tool_calls(state: &AppState, job: &Job) -> bool {
@@ -120,6 +128,10 @@ pub async fn retrieve_response(
     Path(id): Path<String>,
     pairs: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, OpenAiError> {
+    // Whose response it is comes first: another owner's, or an id
+    // surety never made, is not found whatever the query asks.
+    let owner = surety_store::OwnerId(caller.0.owner);
+    let (job, attempts) = find_response(&state, &owner, &id, None).await?;
     let pairs = pairs_of(pairs)?;
     let asked = query(
         &pairs,
@@ -145,18 +157,21 @@ pub async fn retrieve_response(
             "`starting_after` resumes a stream: send it with `stream=true`",
         ));
     }
-    let owner = surety_store::OwnerId(caller.0.owner);
-    let (job, attempts) = find_response(&state, &owner, &id, None).await?;
+    if !stream {
+        return Ok(Json(as_now(&state, &job, &attempts)).into_response());
+    }
     let request = job.request.clone().unwrap_or(Value::Null);
     let tools = tool_calls(&state, &job);
-    Ok(match stream {
-        false => Json(response_of(&job, &attempts, &request, tools)).into_response(),
-        true => {
-            let now = CreatedJob::watched(&state, job);
-            let limit = stream_limit(&state);
-            live(&state, &owner, now, request, tools, after, limit)
-        }
-    })
+    let now = CreatedJob::watched(&state, job);
+    Ok(live(
+        &state,
+        &owner,
+        now,
+        request,
+        tools,
+        after,
+        answer_limit(&state),
+    ))
 }
 
 /// Cancels a response by the job rules: a job with no attempt open
@@ -182,15 +197,8 @@ pub async fn cancel_response(
 ) -> Result<Response, OpenAiError> {
     let owner = surety_store::OwnerId(caller.0.owner);
     let (job, _) = find_response(&state, &owner, &id, None).await?;
-    let conflict = |code: &'static str, message: String| OpenAiError {
-        status: StatusCode::CONFLICT,
-        kind: "invalid_request_error",
-        code,
-        param: None,
-        message,
-        should_retry: Some(false),
-        retry_after: None,
-    };
+    let conflict =
+        |code, message: String| OpenAiError::invalid(StatusCode::CONFLICT, code, None, message);
     match state.inner.store.cancel_job(&owner, &job.id).await {
         Ok(()) => state.inner.settled.notify(&job.id),
         Err(StoreError::AttemptOpen {
@@ -215,9 +223,7 @@ pub async fn cancel_response(
         Err(e) => return Err(ApiError::from(e).into()),
     }
     let (job, attempts) = find_response(&state, &owner, &id, None).await?;
-    let request = job.request.clone().unwrap_or(Value::Null);
-    let tools = tool_calls(&state, &job);
-    Ok(Json(response_of(&job, &attempts, &request, tools)).into_response())
+    Ok(Json(as_now(&state, &job, &attempts)).into_response())
 }
 
 /// Removes a response from later lookups (by id, `previous_response_id`,
@@ -250,10 +256,7 @@ pub async fn delete_response(
         })
         .into_response()),
         // Deleted by another request since it was found.
-        Ok(false) => Err(find_response(&state, &owner, &id, None)
-            .await
-            .err()
-            .unwrap_or_else(|| ApiError::internal("a response deleted twice at once").into())),
+        Ok(false) => Err(not_found(&id, None)),
         Err(e) => Err(ApiError::from(e).into()),
     }
 }
@@ -262,7 +265,7 @@ pub async fn delete_response(
 /// is one user message; each item has an id (its own, or one derived from
 /// the response and its place).
 fn items(job: &Job) -> Vec<Value> {
-    let hex = response_id(job).trim_start_matches("resp_").to_owned();
+    let hex = job_hex(job);
     let input = job
         .request
         .as_ref()
@@ -317,7 +320,7 @@ fn items(job: &Job) -> Vec<Value> {
     params(
         ("id" = String, Path, description = "The response's id (`resp_…`)"),
         ("limit" = Option<u64>, Query, description = "Items per page, 1 to 100 (20 without)", minimum = 1, maximum = 100),
-        ("order" = Option<String>, Query, description = "`desc` (newest first, without) or `asc`"),
+        ("order" = Option<String>, Query, description = "`desc` (newest first, without) or `asc`", pattern = "^(asc|desc)$"),
         ("after" = Option<String>, Query, description = "An item's id: the page starts after it"),
     ),
     responses(
@@ -334,6 +337,10 @@ pub async fn input_items(
     Path(id): Path<String>,
     pairs: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, OpenAiError> {
+    // Whose response it is comes first: another owner's, or an id
+    // surety never made, is not found whatever the query asks.
+    let owner = surety_store::OwnerId(caller.0.owner);
+    let (job, _) = find_response(&state, &owner, &id, None).await?;
     let pairs = pairs_of(pairs)?;
     let asked = query(&pairs, &["limit", "order", "after", "include"])?;
     no_include(asked.get("include"))?;
@@ -350,8 +357,6 @@ pub async fn input_items(
         Some("asc") => false,
         Some(_) => return Err(refuse("order", "`order` must be `asc` or `desc`")),
     };
-    let owner = surety_store::OwnerId(caller.0.owner);
-    let (job, _) = find_response(&state, &owner, &id, None).await?;
     let mut all = items(&job);
     if newest_first {
         all.reverse();
