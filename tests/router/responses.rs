@@ -414,6 +414,9 @@ if os.environ["PART"] == "complete":
     }
     items = client.responses.input_items.list(created.id)
     seen["items"] = [i.model_dump() for i in items.data]
+    seen["items_after_unknown"] = error(lambda: client.responses.input_items.list(created.id, after="msg_none"))
+    # Without `stream`, `starting_after` changes nothing: the whole response.
+    seen["whole_after"] = client.responses.retrieve(created.id, starting_after=2).output_text
     seen["cancel_completed"] = error(lambda: client.responses.cancel(created.id))
     seen["bad_query"] = error(lambda: client.responses.retrieve(created.id, extra_query={"verbose": "1"}))
     client.responses.delete(created.id)
@@ -501,6 +504,12 @@ pub async fn a_background_response_is_read_back_resumed_and_deleted_with_one_cal
     );
     assert_eq!(resume["final"], resume["text"]);
     // The input as sent: the one user message.
+    assert_eq!(seen["items_after_unknown"]["status"], 404, "{seen}");
+    assert_eq!(
+        seen["items_after_unknown"]["code"], "input_item_not_found",
+        "{seen}"
+    );
+    assert_eq!(seen["whole_after"], seen["done"]["text"], "{seen}");
     let items = seen["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{seen}");
     assert_eq!(items[0]["type"], "message");

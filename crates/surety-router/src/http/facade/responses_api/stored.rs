@@ -109,7 +109,7 @@ fn tool_calls(state: &AppState, job: &Job) -> bool {
     params(
         ("id" = String, Path, description = "The response's id (`resp_…`)"),
         ("stream" = Option<bool>, Query, description = "Its events as server-sent events, sent as the job moves"),
-        ("starting_after" = Option<u64>, Query, description = "With `stream`: only the events after this sequence number (a broken stream resumed)"),
+        ("starting_after" = Option<u64>, Query, description = "With `stream`: only the events after this sequence number (a broken stream resumed); without, the whole response is the answer"),
     ),
     responses(
         (status = 200, description = "The response: `queued` or `in_progress` while it runs (an unknown job stays `in_progress`, with `status_reason` saying why), then `completed`, `failed` or `cancelled`; with `stream`, its events", content(
@@ -151,12 +151,8 @@ pub async fn retrieve_response(
             )
         })?),
     };
-    if after.is_some() && !stream {
-        return Err(refuse(
-            "starting_after",
-            "`starting_after` resumes a stream: send it with `stream=true`",
-        ));
-    }
+    // Without `stream` the whole response is the answer, as OpenAI's is:
+    // `starting_after` only says where a stream resumes.
     if !stream {
         return Ok(Json(as_now(&state, &job, &attempts)).into_response());
     }
@@ -326,7 +322,7 @@ fn items(job: &Job) -> Vec<Value> {
     responses(
         (status = 200, description = "A page of the input items", body = InputItemList),
         (status = 400, description = "A bad or unknown query parameter (named in `param`)", body = OpenAiErrorView),
-        (status = 404, description = "No response of this owner has this id", body = OpenAiErrorView),
+        (status = 404, description = "No response of this owner has this id, or `after` names no input item of it", body = OpenAiErrorView),
         OpenAiUnauthorized,
         OpenAiLimited,
     )
@@ -367,8 +363,10 @@ pub async fn input_items(
             all.iter()
                 .position(|item| item["id"] == *after)
                 .ok_or_else(|| {
-                    refuse(
-                        "after",
+                    OpenAiError::invalid(
+                        StatusCode::NOT_FOUND,
+                        "input_item_not_found",
+                        Some("after"),
                         format!("no input item `{after}` in response `{id}`"),
                     )
                 })?
