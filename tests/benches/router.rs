@@ -9,7 +9,9 @@
 //! proxy that keeps nothing (`surety-null-proxy`: the router's accept loop,
 //! provider client, runtime and allocator, forwarding bytes), so what the router adds
 //! beyond what any proxy adds on this machine is measured in the same run,
-//! however the host's speed drifts. Figures go to stdout and,
+//! however the host's speed drifts. The `dialects` cell asks one router
+//! for the same job through the native API, Chat Completions and the
+//! Responses API, in turn, and reports each beside the native API. Figures go to stdout and,
 //! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).
 //! `SURETY_BENCH_SECS` sets a cell's length; `SURETY_BENCH_ENGINES` and
 //! `SURETY_BENCH_CELLS` (comma-separated engine names and load labels)
@@ -27,6 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use reqwest::Client;
 use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider, Keep, Script};
 use surety_tests::serve::{self, KEY, RouterProcess};
@@ -559,6 +562,9 @@ async fn run() {
         if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "streams") {
             cells.extend(streams(head, &repo, &fake, engine, name).await);
         }
+        if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "dialects") {
+            cells.extend(dialects(head, &repo, &fake, engine, name, counter_base()).await);
+        }
         if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "shadow") {
             cells.extend(shadow_cost(head, &repo, &client, engine, name, counter_base()).await);
         }
@@ -872,6 +878,82 @@ async fn streams(
     })]
 }
 
+/// Clients of each dialect at once, in the dialects cell.
+const DIALECT_CLIENTS: usize = 16;
+
+/// The same job asked for in each dialect, one router, the same run: the
+/// native API, Chat Completions and the Responses API on a pinned route
+/// (the contract's prompt), [`DIALECT_CLIENTS`] closed-loop clients each,
+/// in turn, twice (ABCABC, so the machine's drift weighs on all alike);
+/// jobs/s and latency per dialect, and each facade's ratio to the native
+/// API.
+async fn dialects(
+    bin: &Path,
+    repo: &Path,
+    fake: &FakeProvider,
+    engine: Engine,
+    name: &str,
+    counter: Arc<AtomicU64>,
+) -> Vec<Value> {
+    let Some(db) = TestDb::new(engine).await else {
+        return Vec::new();
+    };
+    let dir = serve::workspace(repo, &db.url, fake, "");
+    let log = router_log();
+    let router = RouterProcess::start_with(bin, dir.path(), &[], &log).await;
+    let contract =
+        surety_contracts::Contract::load(&repo.join("contracts/language-detect")).unwrap();
+    let rendered = contract.render(&json!({"text": "Hello there"})).unwrap();
+    let base = &router.base;
+    let targets = [
+        ("native", Target::Router(base.clone())),
+        (
+            "chat",
+            Target::Facade {
+                url: format!("{base}/v1/chat/completions"),
+                body: json!({"model": "language", "messages": [
+                    {"role": "system", "content": rendered.system},
+                    {"role": "user", "content": rendered.user},
+                ]}),
+                expect: r#""finish_reason":"stop""#,
+            },
+        ),
+        (
+            "responses",
+            Target::Facade {
+                url: format!("{base}/v1/responses"),
+                body: json!({"model": "language", "instructions": rendered.system, "input": rendered.user}),
+                expect: r#""status":"completed""#,
+            },
+        ),
+    ];
+    let mut samples: Vec<Sample> = targets.iter().map(|_| Sample::empty()).collect();
+    let load = Load::Closed(DIALECT_CLIENTS);
+    for _round in 0..2 {
+        for ((_, target), sample) in targets.iter().zip(&mut samples) {
+            sample.merge(drive(&Client::new(), load, target.clone(), counter.clone()).await);
+        }
+    }
+    router.kill().await;
+    let native = &samples[0];
+    let mut cell = json!({"engine": name, "load": format!("dialects closed {DIALECT_CLIENTS}")});
+    for ((dialect, _), sample) in targets.iter().zip(&samples) {
+        println!(
+            "{name:<9} {dialect:<10} closed {DIALECT_CLIENTS}: {:>8.0} jobs/s, p50 {:.2} ms, p99 {:.2} ms; to the native API: jobs/s {:.3}, p99 {:.3}",
+            sample.rate(),
+            sample.pct(0.5),
+            sample.pct(0.99),
+            sample.rate() / native.rate(),
+            sample.pct(0.99) / native.pct(0.99),
+        );
+        cell[*dialect] = json!({
+            "per_s": sample.rate(), "p50_ms": sample.pct(0.5), "p99_ms": sample.pct(0.99), "n": sample.count,
+            "ratio_to_native": {"throughput": sample.rate() / native.rate(), "p99": sample.pct(0.99) / native.pct(0.99)},
+        });
+    }
+    vec![cell]
+}
+
 /// The answer a streamed completion's frames make, if it arrived whole:
 /// every `data:` frame a chunk (or the final `[DONE]`), a `stop` finish.
 fn whole_stream(text: &str) -> Result<Value, String> {
@@ -946,8 +1028,17 @@ enum Load {
 
 #[derive(Debug, Clone)]
 enum Target {
+    /// A job by the native API.
     Router(String),
+    /// The same prompt straight to the fake (or through the null proxy).
     Direct(String),
+    /// The same job asked for through a facade: its url, its body (the
+    /// contract's pinned prompt) and what a good answer contains.
+    Facade {
+        url: String,
+        body: Value,
+        expect: &'static str,
+    },
 }
 
 impl Target {
@@ -956,6 +1047,7 @@ impl Target {
         match self {
             Target::Router(base) => format!("{base}/v1/jobs"),
             Target::Direct(base) => format!("{base}/chat/completions"),
+            Target::Facade { url, .. } => url.clone(),
         }
     }
 
@@ -965,7 +1057,22 @@ impl Target {
             Target::Direct(_) => {
                 json!({"model": "fake", "messages": [{"role": "user", "content": "Hello there"}]})
             }
+            Target::Facade { body, .. } => body.clone(),
         }
+    }
+
+    /// What every good answer's body contains.
+    fn expect(&self) -> &'static str {
+        match self {
+            Target::Router(_) => r#""state":"succeeded""#,
+            Target::Direct(_) => r#""choices""#,
+            Target::Facade { expect, .. } => expect,
+        }
+    }
+
+    /// Whether surety is asked (with a key and an Idempotency-Key).
+    fn through_surety(&self) -> bool {
+        !matches!(self, Target::Direct(_))
     }
 }
 
@@ -975,8 +1082,8 @@ impl Target {
 async fn one(client: &reqwest::Client, target: &Target, n: u64) -> Option<u64> {
     let started = Instant::now();
     let request = client.post(target.url()).json(&target.body());
-    let response = match target {
-        Target::Router(_) => {
+    let response = match target.through_surety() {
+        true => {
             request
                 .bearer_auth(KEY)
                 .header("Idempotency-Key", format!("bench-{n}"))
@@ -984,16 +1091,16 @@ async fn one(client: &reqwest::Client, target: &Target, n: u64) -> Option<u64> {
                 .send()
                 .await
         }
-        Target::Direct(_) => request.send().await,
+        false => request.send().await,
     };
     let response = response.unwrap();
     let shed = response.status() == reqwest::StatusCode::TOO_MANY_REQUESTS;
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    if let Target::Router(_) = target {
+    let body = response.text().await.unwrap_or_default();
+    if target.through_surety() {
         if shed {
             return None;
         }
-        assert_eq!(body["state"], "succeeded", "{body}");
+        assert!(body.contains(target.expect()), "{body}");
     }
     Some(started.elapsed().as_micros() as u64)
 }
@@ -1060,19 +1167,10 @@ async fn wrk(clients: usize, duration: Duration, target: &Target, nonce: u64) ->
     let script = tempfile::Builder::new().suffix(".lua").tempfile().unwrap();
     std::fs::write(script.path(), WRK_SCRIPT).unwrap();
     let (url, body) = (target.url(), target.body().to_string());
-    let args = match target {
-        Target::Router(_) => [
-            format!("wrk{nonce}"),
-            body,
-            r#""state":"succeeded""#.to_owned(),
-            KEY.to_owned(),
-        ],
-        Target::Direct(_) => [
-            String::new(),
-            body,
-            r#""choices""#.to_owned(),
-            String::new(),
-        ],
+    let expect = target.expect().to_owned();
+    let args = match target.through_surety() {
+        true => [format!("wrk{nonce}"), body, expect, KEY.to_owned()],
+        false => [String::new(), body, expect, String::new()],
     };
     let output = tokio::process::Command::new(program)
         .args(["--threads", &clients.min(2).to_string()])

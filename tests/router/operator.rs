@@ -47,7 +47,7 @@ async fn sign_in(router: &Router, key: &str) -> (StatusCode, HeaderMap, String) 
 }
 
 /// An admin's session cookie, as the browser would send it back.
-async fn admin_session(router: &Router) -> String {
+pub(crate) async fn admin_session(router: &Router) -> String {
     session_of(router, ACME_ADMIN).await
 }
 
@@ -91,7 +91,7 @@ fn matrix_row(matrix: &str, provider: &str) -> String {
 }
 
 /// `path` with the session cookie `cookie`.
-async fn page(router: &Router, cookie: &str, path: &str) -> (StatusCode, String) {
+pub(crate) async fn page(router: &Router, cookie: &str, path: &str) -> (StatusCode, String) {
     let response = client()
         .get(format!("{}{path}", router.base))
         .header("cookie", cookie)

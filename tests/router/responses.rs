@@ -4,6 +4,7 @@
 //! key, a conflict, a refused parameter; and a conversation by
 //! `previous_response_id` that survives a failover to another kind.
 
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider};
 use surety_tests::TestDb;
@@ -299,6 +300,45 @@ pub async fn a_conversation_by_previous_response_id_survives_a_failover_to_anoth
     assert_eq!(three["previous"], two["id"], "{three}");
     let sent = claude.requests()[1].body.clone();
     assert_eq!(sent["messages"].as_array().unwrap().len(), 5, "{sent}");
+    // The chain is on record: each turn's job names the one it continues,
+    // on the native API and as a link on the operator's job page.
+    let job = |turn: &Value| turn["job"].as_str().unwrap().to_owned();
+    let (status, on_record) = router.get(ACME, &format!("/v1/jobs/{}", job(&three))).await;
+    assert_eq!(status, StatusCode::OK, "{on_record}");
+    assert_eq!(on_record["kind"], "responses", "{on_record}");
+    assert_eq!(on_record["response_id"], three["id"], "{on_record}");
+    assert_eq!(on_record["continues"], job(&two).as_str(), "{on_record}");
+    let (_, first) = router.get(ACME, &format!("/v1/jobs/{}", job(&one))).await;
+    assert_eq!(
+        first.get("continues"),
+        None,
+        "turn 1 continues nothing: {first}"
+    );
+    let session = crate::operator::admin_session(&router).await;
+    let (_, page) =
+        crate::operator::page(&router, &session, &format!("/ui/jobs/{}", job(&three))).await;
+    assert!(
+        page.contains(&format!(
+            r#"<a id="continues" href="/ui/jobs/{}">"#,
+            job(&two)
+        )),
+        "the job page links the turn it continues: {page}"
+    );
+    assert!(page.contains(three["id"].as_str().unwrap()), "{page}");
+    let metrics = router.metrics().await;
+    let counted: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("surety_jobs_created_total{"))
+        .filter(|l| l.contains(r#"kind="responses""#) && l.contains(r#"route="agent""#))
+        .collect();
+    assert_eq!(
+        counted
+            .iter()
+            .map(|l| l.rsplit(' ').next().unwrap())
+            .collect::<Vec<_>>(),
+        ["3"],
+        "three Responses jobs counted on their route: {metrics}"
+    );
     // Another owner's response is not found, and nothing is sent.
     let theirs = turn("globex-turn", GLOBEX, "Hallo", id_two).await;
     assert_eq!(theirs["status"], 404, "{theirs}");

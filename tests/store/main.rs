@@ -35,6 +35,8 @@ surety_tests::both_engines!(scenarios:
     retention_prunes_settled_jobs_in_batches_and_never_an_open_one,
     the_attention_queue_lists_unknown_oldest_first_and_failed_newest_first,
     every_rule_on_a_row_is_the_schemas_own,
+    a_job_is_cancelled_only_with_no_attempt_open,
+    a_deleted_response_keeps_its_job_and_key,
 );
 
 /// The router's own checks and the trust they take away, per engine.

@@ -1521,3 +1521,137 @@ pub async fn every_rule_on_a_row_is_the_schemas_own(db: &TestDb) {
         );
     }
 }
+
+/// A job is cancelled only when nothing of it may still run: never while
+/// an attempt is started or unknown, always once it is queued or failed
+/// with none open; cancelled it stays so, runs nothing more and is never
+/// cancelled for another owner.
+pub async fn a_job_is_cancelled_only_with_no_attempt_open(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let job = create_new(&store, &new_job("acme", "c-1", json!({"q": "slow"}))).await;
+    let a = store
+        .start_attempt(&acme, &job.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    let open = |e: &StoreError, want: AttemptState| {
+        assert!(
+            matches!(e, StoreError::AttemptOpen { ordinal: 1, state, .. } if *state == want),
+            "refused for the open attempt ({want:?}): {e}"
+        );
+    };
+    open(
+        &store.cancel_job(&acme, &job.id).await.unwrap_err(),
+        AttemptState::Started,
+    );
+    store.mark_unknown(&a, "timed out").await.unwrap();
+    open(
+        &store.cancel_job(&acme, &job.id).await.unwrap_err(),
+        AttemptState::Unknown,
+    );
+    assert_eq!(
+        store.job(&acme, &job.id).await.unwrap().state,
+        JobState::Unknown,
+        "a refused cancel changes nothing"
+    );
+    // Another owner cannot see it, let alone cancel it.
+    assert!(matches!(
+        store.cancel_job(&owner("globex"), &job.id).await,
+        Err(StoreError::JobNotFound(_))
+    ));
+    store
+        .cancel_attempt(&acme, &job.id, a.ordinal, "admin: no charge")
+        .await
+        .unwrap();
+    store.cancel_job(&acme, &job.id).await.unwrap();
+    store.cancel_job(&acme, &job.id).await.unwrap();
+    assert_eq!(
+        store.job(&acme, &job.id).await.unwrap().state,
+        JobState::Cancelled,
+        "cancelled, and cancelling again answers the same"
+    );
+    assert!(
+        store
+            .start_attempt(&acme, &job.id, &start("anthropic", Slot::Primary))
+            .await
+            .is_err(),
+        "a cancelled job starts no attempt"
+    );
+
+    // A failed job with no attempt open is cancelled; a succeeded one is not.
+    let failed = create_new(&store, &new_job("acme", "c-2", json!({}))).await;
+    let f = store
+        .start_attempt(&acme, &failed.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    let gave_up = Outcome::Failed {
+        error: "HTTP 429".into(),
+        give_up: true,
+    };
+    store.finish_attempt(&f, gave_up).await.unwrap();
+    store.cancel_job(&acme, &failed.id).await.unwrap();
+    assert_eq!(
+        store.job(&acme, &failed.id).await.unwrap().state,
+        JobState::Cancelled
+    );
+    let done = create_new(&store, &new_job("acme", "c-3", json!({}))).await;
+    let d = store
+        .start_attempt(&acme, &done.id, &start("openai", Slot::Primary))
+        .await
+        .unwrap();
+    store
+        .finish_attempt(&d, Outcome::Succeeded(json!({"ok": true}).into()))
+        .await
+        .unwrap();
+    check_job_refused(
+        &store.cancel_job(&acme, &done.id).await.unwrap_err(),
+        JobState::Succeeded,
+        JobEvent::Cancelled,
+    );
+    assert_eq!(
+        store.job(&acme, &done.id).await.unwrap().state,
+        JobState::Succeeded
+    );
+}
+
+/// Deleting a response marks only the owner's Responses job, once; the
+/// job and its key stay, so the same intent is replayed, never run again.
+pub async fn a_deleted_response_keeps_its_job_and_key(db: &TestDb) {
+    let store = db.store().await;
+    let acme = owner("acme");
+    let responses = NewJob {
+        kind: surety_store::JobKind::Responses,
+        request: Some(json!({"model": "triage", "input": "hello"})),
+        ..new_job("acme", "r-1", json!({"q": "hello"}))
+    };
+    let job = create_new(&store, &responses).await;
+    assert_eq!(job.deleted_at_ms, None);
+    let native = create_new(&store, &new_job("acme", "n-1", json!({}))).await;
+    assert!(
+        !store.delete_response(&acme, &native.id).await.unwrap(),
+        "a native job is not a response"
+    );
+    assert!(
+        !store
+            .delete_response(&owner("globex"), &job.id)
+            .await
+            .unwrap(),
+        "nor is another owner's"
+    );
+    assert!(store.delete_response(&acme, &job.id).await.unwrap());
+    assert!(
+        !store.delete_response(&acme, &job.id).await.unwrap(),
+        "deleted once"
+    );
+    let kept = store.job(&acme, &job.id).await.unwrap();
+    assert!(kept.deleted_at_ms.is_some(), "marked deleted: {kept:?}");
+    assert_eq!(kept.state, job.state, "nothing else of it moved");
+    assert_eq!(
+        store.job(&acme, &native.id).await.unwrap().deleted_at_ms,
+        None
+    );
+    match store.create_or_replay(&responses).await.unwrap() {
+        Created::Replayed(again) => assert_eq!(again.id, job.id),
+        other => panic!("the key still names the job: {other:?}"),
+    }
+}

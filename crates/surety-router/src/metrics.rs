@@ -19,7 +19,8 @@ pub struct Metrics {
     pub live_budget_share: GaugeVec,
     /// Demotions this router decided, by provider and contract.
     pub demotions: IntCounterVec,
-    pub jobs_created: IntCounter,
+    /// Jobs created, by route and kind (`native`, `chat`, `responses`).
+    pub jobs_created: IntCounterVec,
     pub replays: IntCounter,
     pub conflicts: IntCounter,
     pub rate_limited: IntCounter,
@@ -109,7 +110,11 @@ impl Metrics {
             live_budget_exhausted,
             live_budget_share,
             demotions,
-            jobs_created: counter("surety_jobs_created_total", "Jobs created")?,
+            jobs_created: counters(
+                "surety_jobs_created_total",
+                "Jobs created, by route and by how they were asked for (native, chat, responses)",
+                &["route", "kind"],
+            )?,
             replays: counter(
                 "surety_job_replays_total",
                 "Requests answered with an existing job",

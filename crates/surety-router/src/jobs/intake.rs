@@ -240,7 +240,12 @@ async fn create(
         }
     };
     let waiter = watch.then(|| state.inner.settled.watch(&job.id));
-    state.inner.metrics.jobs_created.inc();
+    state
+        .inner
+        .metrics
+        .jobs_created
+        .with_label_values(&[new.route.as_str(), new.kind.as_str()])
+        .inc();
     tracing::info!(job_id = %job.id, owner = %new.owner, route = %new.route, "job created");
     let drive = Drive {
         owner: intake.job.owner.clone(),

@@ -85,7 +85,13 @@ pub(super) async fn queue(State(state): State<AppState>, headers: HeaderMap) -> 
     let m = &state.inner.metrics;
     let figure = |name, value| Figure { name, value };
     let figures = vec![
-        figure("jobs created (this router)", m.jobs_created.get()),
+        figure(
+            "jobs created (this router)",
+            crate::metrics::series(&m.jobs_created)
+                .iter()
+                .map(|(_, n)| n)
+                .sum(),
+        ),
         figure("replays answered", m.replays.get()),
         figure("late results discarded", m.late_results_discarded.get()),
         figure(
@@ -226,6 +232,10 @@ pub(super) async fn job_page(
         contract: job.contract.clone(),
         key: job.key.clone(),
         created: when(job.created_at_ms),
+        kind: job.kind.as_str(),
+        response_id: (job.kind == surety_store::JobKind::Responses)
+            .then(|| crate::http::views::response_id(&job)),
+        continues: crate::http::views::continues(&job).map(|id| id.0),
         input: pretty(&job.input),
         result: job.result.as_ref().map(pretty),
         tool_calls: tool_calls(&state, &job, pretty),

@@ -90,6 +90,12 @@ pub(super) struct JobSummary {
     pub(super) contract: String,
     pub(super) key: String,
     pub(super) created: String,
+    /// How it was asked for (`native`, `chat`, `responses`).
+    pub(super) kind: &'static str,
+    /// A Responses job: its response id, and the job of the response it
+    /// continues.
+    pub(super) response_id: Option<String>,
+    pub(super) continues: Option<String>,
     /// The input and the answer, as pretty JSON text.
     pub(super) input: String,
     pub(super) result: Option<String>,

@@ -8,7 +8,7 @@ mod responses;
 pub use responses::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use surety_store::{Attempt, Job, Slot};
+use surety_store::{Attempt, Job, JobId, JobKind, Slot};
 use utoipa::ToSchema;
 
 /// `POST /v1/providers/{provider}/contracts/{contract}/reinstate`: why an
@@ -42,6 +42,18 @@ pub struct JobView {
     pub route: String,
     pub contract: String,
     pub contract_digest: String,
+    /// How it was asked for: `native` (`POST /v1/jobs`), `chat` (`POST
+    /// /v1/chat/completions`) or `responses` (`POST /v1/responses`); a
+    /// replay answers in the same dialect.
+    #[schema(value_type = String, pattern = "^(native|chat|responses)$")]
+    pub kind: String,
+    /// A `responses` job: the response it is (`resp_…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+    /// A `responses` job that continues an earlier response
+    /// (`previous_response_id`): that response's job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continues: Option<String>,
     /// Moves when the job completes or is cancelled.
     pub version: i64,
     pub created_at_ms: i64,
@@ -99,6 +111,9 @@ impl JobView {
             route: job.route.clone(),
             contract: job.contract.clone(),
             contract_digest: job.contract_digest.clone(),
+            kind: job.kind.as_str().to_owned(),
+            response_id: (job.kind == JobKind::Responses).then(|| response_id(job)),
+            continues: continues(job).map(|id| id.0),
             version: job.version,
             created_at_ms: job.created_at_ms,
             attempts: attempts.iter().map(AttemptView::of).collect(),
@@ -119,6 +134,13 @@ impl UsageView {
             completion_tokens: usage["completion_tokens"].as_u64()?,
         })
     }
+}
+
+/// The job of the response a Responses job continues, as its request
+/// named it (`previous_response_id`).
+pub fn continues(job: &Job) -> Option<JobId> {
+    let request = job.request.as_ref()?;
+    response_job(request["previous_response_id"].as_str()?)
 }
 
 /// Why the winning call stopped, in OpenAI's words, as the job recorded it.
