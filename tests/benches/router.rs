@@ -10,8 +10,8 @@
 //! provider client, runtime and allocator, forwarding bytes), so what the router adds
 //! beyond what any proxy adds on this machine is measured in the same run,
 //! however the host's speed drifts. The `dialects` cell asks one router
-//! for the same job through the native API, Chat Completions and the
-//! Responses API, in turn, and reports each beside the native API. Figures go to stdout and,
+//! for the same job through the native API, Chat Completions, the
+//! Responses API and Anthropic's Messages, in turn, and reports each beside the native API. Figures go to stdout and,
 //! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).
 //! `SURETY_BENCH_SECS` sets a cell's length; `SURETY_BENCH_ENGINES` and
 //! `SURETY_BENCH_CELLS` (comma-separated engine names and load labels)
@@ -882,9 +882,10 @@ async fn streams(
 const DIALECT_CLIENTS: usize = 16;
 
 /// The same job asked for in each dialect, one router, the same run: the
-/// native API, Chat Completions and the Responses API on a pinned route
+/// native API, Chat Completions, the Responses API and Anthropic's
+/// Messages on a pinned route
 /// (the contract's prompt), [`DIALECT_CLIENTS`] closed-loop clients each,
-/// in turn, twice (ABCABC, so the machine's drift weighs on all alike);
+/// in turn, twice (ABCDABCD, so the machine's drift weighs on all alike);
 /// jobs/s and latency per dialect, and each facade's ratio to the native
 /// API.
 async fn dialects(
@@ -924,6 +925,15 @@ async fn dialects(
                 url: format!("{base}/v1/responses"),
                 body: json!({"model": "language", "instructions": rendered.system, "input": rendered.user}),
                 expect: r#""status":"completed""#,
+            },
+        ),
+        (
+            "messages",
+            Target::Facade {
+                url: format!("{base}/v1/messages"),
+                body: json!({"model": "language", "max_tokens": contract.limits.max_output_tokens,
+                    "system": rendered.system, "messages": [{"role": "user", "content": rendered.user}]}),
+                expect: r#""stop_reason":"end_turn""#,
             },
         ),
     ];
@@ -1088,6 +1098,7 @@ async fn one(client: &reqwest::Client, target: &Target, n: u64) -> Option<u64> {
                 .bearer_auth(KEY)
                 .header("Idempotency-Key", format!("bench-{n}"))
                 .header("Prefer", "wait=30")
+                .header("anthropic-version", "2023-06-01")
                 .send()
                 .await
         }
@@ -1125,6 +1136,8 @@ function init(args)
   if args[4] ~= "" then
     headers["Authorization"] = "Bearer " .. args[4]
     headers["Prefer"] = "wait=30"
+    -- What the Messages API requires; the other endpoints ignore it.
+    headers["anthropic-version"] = "2023-06-01"
   end
 end
 function request()

@@ -9,6 +9,7 @@ mod edge;
 mod faults;
 mod harness;
 mod live;
+mod messages;
 mod operator;
 mod responses;
 mod scenarios;
@@ -68,6 +69,13 @@ mod openai_sdk {
         the_official_openai_sdk_gets_its_answer_once,
         the_sdks_idempotency_hook_makes_its_own_retries_one_job,
         the_official_openai_sdk_gets_a_certified_tool_call_once,
+    );
+}
+
+mod anthropic_messages {
+    surety_tests::both_engines!(messages:
+        the_anthropic_sdk_gets_its_message_once,
+        the_anthropic_sdk_gets_a_certified_tool_use_once,
     );
 }
 

@@ -108,6 +108,8 @@ pub enum JobKind {
     /// (earlier responses' items, then its own input) in `messages` on an
     /// output-only route, and its body in `request`.
     Responses,
+    /// `POST /v1/messages`: as a chat job, answered in Anthropic's shape.
+    Messages,
 }
 
 impl JobKind {
@@ -116,6 +118,7 @@ impl JobKind {
             JobKind::Native => "native",
             JobKind::Chat => "chat",
             JobKind::Responses => "responses",
+            JobKind::Messages => "messages",
         }
     }
 
@@ -124,6 +127,7 @@ impl JobKind {
             "native" => Some(JobKind::Native),
             "chat" => Some(JobKind::Chat),
             "responses" => Some(JobKind::Responses),
+            "messages" => Some(JobKind::Messages),
             _ => None,
         }
     }

@@ -9,7 +9,9 @@ use axum::http::HeaderName;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 
-use super::edge::{REQUEST_ID, body_deadline, bounded_request_id, header_limit, request_span};
+use super::edge::{
+    REQUEST_ID, anthropic_request_id, body_deadline, bounded_request_id, header_limit, request_span,
+};
 use super::error::{ApiError, Problem};
 use super::views::{OpenAiErrorView, ProblemView};
 use crate::state::AppState;
@@ -61,6 +63,7 @@ pub fn routes() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
             super::facade::responses_api::stored::cancel_response
         ))
         .routes(routes!(super::facade::responses_api::stored::input_items))
+        .routes(routes!(super::facade::messages_api::create_message))
         .routes(routes!(super::facade::models))
         .routes(routes!(super::ops::providers))
         .routes(routes!(super::ops::reinstate))
@@ -104,6 +107,8 @@ pub fn app(state: AppState, others: Router<AppState>) -> Router {
     router
         .layer(axum::middleware::from_fn(header_limit))
         .layer(PropagateRequestIdLayer::new(id.clone()))
+        // Outside the propagation, so the answer's id is there to copy.
+        .layer(axum::middleware::map_response(anthropic_request_id))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_span)

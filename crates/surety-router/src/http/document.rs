@@ -1,6 +1,6 @@
 //! The OpenAPI document as this router serves it: the document derived from
 //! the handlers (`api::routes`), with the request bodies of `/v1/jobs`,
-//! `/v1/chat/completions` and `/v1/responses` narrowed to what the configured routes take — one
+//! `/v1/chat/completions`, `/v1/responses` and `/v1/messages` narrowed to what the configured routes take — one
 //! alternative per route, naming the route, the contract's input variables,
 //! and (on a pinned route) its certified prompt — so that a request the
 //! document calls valid is one the router accepts.
@@ -16,6 +16,7 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
     let mut jobs = Vec::new();
     let mut chats = Vec::new();
     let mut responses = Vec::new();
+    let mut anthropic = Vec::new();
     for route in state.inner.routes.values() {
         let Some(served) = state.inner.contracts.get(&route.contract) else {
             continue;
@@ -94,6 +95,43 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
                 "truncation": {"enum": ["disabled", null]},
             },
         }));
+        let user_turns = match (route.facade, template) {
+            (Facade::Pinned, Some(template)) => json!({
+                "type": "array", "minItems": 1, "maxItems": 1,
+                "items": {"type": "object", "additionalProperties": false, "required": ["role", "content"],
+                          "properties": {"role": {"enum": ["user"]},
+                                         "content": {"type": "string", "pattern": user_pattern(template)}}},
+            }),
+            _ => json!({
+                "type": "array", "minItems": 1,
+                "items": {"type": "object", "additionalProperties": false, "required": ["role", "content"],
+                          "properties": {"role": {"enum": ["user"]}, "content": {"type": "string", "minLength": 1}}},
+            }),
+        };
+        let mut turns = vec!["model", "max_tokens", "messages"];
+        if route.facade == Facade::Pinned {
+            turns.push("system");
+        }
+        anthropic.push(json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": turns,
+            "properties": {
+                "model": {"type": "string", "enum": [route.id]},
+                "max_tokens": {"type": "integer", "minimum": contract.limits.max_output_tokens, "maximum": 1_000_000},
+                "system": match (route.facade, &system) {
+                    (Facade::Pinned, Some(system)) => json!({"type": "string", "enum": [system]}),
+                    _ => json!({"type": "string"}),
+                },
+                "messages": user_turns,
+                "stream": {"type": "boolean"},
+                "temperature": {"enum": [contract.sampling.temperature]},
+                "top_p": {"enum": [1]},
+                "stop_sequences": {"type": "array", "maxItems": 0},
+                "metadata": {"type": "object", "additionalProperties": false,
+                             "properties": {"user_id": {"type": "string"}}},
+            },
+        }));
         let messages = match (route.facade, template, system) {
             (Facade::Pinned, Some(template), Some(system)) => json!({
                 "type": "array",
@@ -151,9 +189,16 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
     if let Some(schema) = doc.pointer_mut(&body("~1v1~1responses")) {
         *schema = json!({"oneOf": responses});
     }
+    if let Some(schema) = doc.pointer_mut(&body("~1v1~1messages")) {
+        *schema = json!({"oneOf": anthropic});
+    }
     // The facade takes a request without a key only when the operator allows one-off jobs.
     let keyless = state.inner.settings.allow_keyless_chat;
-    for path in ["~1v1~1chat~1completions", "~1v1~1responses"] {
+    for path in [
+        "~1v1~1chat~1completions",
+        "~1v1~1responses",
+        "~1v1~1messages",
+    ] {
         if let Some(Value::Array(params)) =
             doc.pointer_mut(&format!("/paths/{path}/post/parameters"))
         {

@@ -91,3 +91,15 @@ pub(super) fn request_span(request: &axum::http::Request<axum::body::Body>) -> t
 
 /// The header that carries a request's id.
 pub const REQUEST_ID: &str = "x-request-id";
+
+/// The same id under the name Anthropic's SDKs read (`request-id`, their
+/// `_request_id`), on every answer.
+pub const ANTHROPIC_REQUEST_ID: &str = "request-id";
+
+/// Copies the answer's `x-request-id` to `request-id`.
+pub(super) async fn anthropic_request_id(mut response: Response) -> Response {
+    if let Some(id) = response.headers().get(REQUEST_ID).cloned() {
+        response.headers_mut().insert(ANTHROPIC_REQUEST_ID, id);
+    }
+    response
+}

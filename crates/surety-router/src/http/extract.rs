@@ -37,6 +37,22 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
+        Caller::admitted(parts, state, authenticate)
+    }
+}
+
+impl Caller {
+    /// The caller `authenticate` finds in the request's headers, admitted
+    /// within its owner's limits.
+    pub fn admitted(
+        parts: &Parts,
+        state: &AppState,
+        authenticate: fn(
+            &AppState,
+            &HeaderMap,
+            Option<std::net::IpAddr>,
+        ) -> Result<ApiKey, ApiError>,
+    ) -> Result<Caller, ApiError> {
         let peer = parts
             .extensions
             .get::<crate::http::listen::Peer>()
@@ -118,19 +134,68 @@ pub fn authenticate(
             "this request carries more than one Authorization header; send one",
         ));
     }
-    let token = headers
+    let token = bearer(headers).ok_or_else(|| {
+        ApiError::new(
+            Problem::Unauthorized,
+            "send `Authorization: Bearer <API key>`",
+        )
+    })?;
+    known_key(state, token, peer)
+}
+
+/// The token of an `Authorization: Bearer` header, if one is there.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim())
         .filter(|token| !token.is_empty())
-        .ok_or_else(|| {
-            ApiError::new(
-                Problem::Unauthorized,
-                "send `Authorization: Bearer <API key>`",
-            )
-        })?;
+}
+
+/// As [`authenticate`], for Anthropic's SDKs: the key in `x-api-key`
+/// (what they send), or else `Authorization: Bearer` (their `auth_token`).
+/// Two of either, or both at once, are refused: which one counts would be
+/// the reader's guess.
+pub fn authenticate_anthropic(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Result<ApiKey, ApiError> {
+    if let Some(wait) = peer.and_then(|p| state.inner.failures.blocked(p)) {
+        return Err(too_many_failures(wait));
+    }
+    let keys = headers.get_all(X_API_KEY).iter().count();
+    let authorizations = headers.get_all(header::AUTHORIZATION).iter().count();
+    if keys > 1 || authorizations > 1 || (keys == 1 && authorizations == 1) {
+        return Err(ApiError::new(
+            Problem::MalformedBody,
+            "this request carries more than one API key (x-api-key, Authorization); send one",
+        ));
+    }
+    let token = match headers.get(X_API_KEY) {
+        Some(value) => value.to_str().ok().map(str::trim).filter(|t| !t.is_empty()),
+        None => bearer(headers),
+    }
+    .ok_or_else(|| {
+        ApiError::new(
+            Problem::Unauthorized,
+            "send the API key in `x-api-key` (or `Authorization: Bearer <API key>`)",
+        )
+    })?;
+    known_key(state, token, peer)
+}
+
+/// The header Anthropic's SDKs send their key in.
+pub const X_API_KEY: &str = "x-api-key";
+
+/// The configured key `token` is; an unknown one counts against `peer`.
+fn known_key(
+    state: &AppState,
+    token: &str,
+    peer: Option<std::net::IpAddr>,
+) -> Result<ApiKey, ApiError> {
     api_key(state, token).map(|(_, key)| key).ok_or_else(|| {
         if let Some(peer) = peer {
             state.inner.failures.failed(peer);

@@ -13,6 +13,7 @@
 //! refused by name, never dropped.
 
 mod error;
+pub mod messages_api;
 mod reply;
 mod request;
 pub mod responses_api;
@@ -20,7 +21,7 @@ pub mod responses_api;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -36,7 +37,8 @@ use super::error::{ApiError, Problem};
 use super::extract::{Caller, JsonObject, idempotency_key};
 use super::responses::{OpenAiFull, OpenAiLimited, OpenAiUnauthorized, OpenAiUncertified};
 use super::views::{
-    ChatCompletion, ChatRequestDoc, ChunkEventDoc, ModelList, ModelView, OpenAiErrorView,
+    AnthropicModel, AnthropicModelList, ChatCompletion, ChatRequestDoc, ChunkEventDoc, ModelList,
+    ModelView, ModelsAnswer, ModelsError, OpenAiErrorView,
 };
 use crate::jobs::{Intake, create_or_replay, route_and_contract, wait_at_rest};
 use crate::state::AppState;
@@ -50,25 +52,83 @@ pub const PROMPT_CERTIFIED: &str = "surety-prompt-certified";
 /// and a repeat of it is a new job.
 pub const DEDUPLICATION: &str = "surety-deduplication";
 
-/// The routes, as OpenAI lists models.
-#[utoipa::path(get, path = "/v1/models", tag = "openai", responses((status = 200, description = "The routes", body = ModelList), OpenAiUnauthorized, OpenAiLimited))]
-pub async fn models(State(state): State<AppState>, _caller: OpenAiCaller) -> Response {
-    let data = state
-        .inner
-        .routes
-        .values()
-        .map(|r| ModelView {
-            id: r.id.clone(),
-            object: "model".to_owned(),
-            created: 0,
-            owned_by: "surety".to_owned(),
-        })
-        .collect();
-    Json(ModelList {
-        object: "list".to_owned(),
-        data,
-    })
-    .into_response()
+/// The routes, as OpenAI lists models; in Anthropic's shape to a request
+/// that carries `anthropic-version` (its key then in `x-api-key` or a
+/// bearer token, its errors in Anthropic's shape).
+#[utoipa::path(get, path = "/v1/models", tag = "openai",
+    params(("anthropic-version" = Option<String>, Header, nullable = false, description = "Any version (`2023-06-01`): answer in Anthropic's shape (`data`, `has_more`, `first_id`, `last_id`); empty or none: OpenAI's")),
+    responses(
+        (status = 200, description = "The routes", body = ModelsAnswer),
+        (status = 401, description = "No or an unknown API key", body = ModelsError),
+        (status = 429, description = "This owner's rate or concurrency limit, or too many failed authentications from this address (Retry-After says when)", body = ModelsError),
+    ))]
+pub async fn models(State(state): State<AppState>, caller: ModelsCaller) -> Response {
+    let ids = state.inner.routes.values().map(|r| r.id.clone());
+    match caller {
+        ModelsCaller::OpenAi(_) => Json(ModelsAnswer::OpenAi(ModelList {
+            object: "list".to_owned(),
+            data: ids
+                .map(|id| ModelView {
+                    id,
+                    object: "model".to_owned(),
+                    created: 0,
+                    owned_by: "surety".to_owned(),
+                })
+                .collect(),
+        }))
+        .into_response(),
+        ModelsCaller::Anthropic(_) => {
+            let data: Vec<AnthropicModel> = ids
+                .map(|id| AnthropicModel {
+                    display_name: id.clone(),
+                    id,
+                    kind: "model".to_owned(),
+                    created_at: "1970-01-01T00:00:00Z".to_owned(),
+                })
+                .collect();
+            Json(ModelsAnswer::Anthropic(AnthropicModelList {
+                first_id: data.first().map(|m| m.id.clone()),
+                last_id: data.last().map(|m| m.id.clone()),
+                has_more: false,
+                data,
+            }))
+            .into_response()
+        }
+    }
+}
+
+/// Who asks for the models, in which dialect: Anthropic's when the
+/// request carries `anthropic-version`, else OpenAI's.
+#[derive(Debug)]
+pub enum ModelsCaller {
+    OpenAi(#[expect(dead_code, reason = "held: the owner's admission")] Caller),
+    Anthropic(#[expect(dead_code, reason = "held: the owner's admission")] Caller),
+}
+
+impl FromRequestParts<AppState> for ModelsCaller {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<ModelsCaller, Response> {
+        // An empty `anthropic-version` names no version: OpenAI's shape.
+        let anthropic = parts
+            .headers
+            .get_all(messages_api::ANTHROPIC_VERSION)
+            .iter()
+            .any(|v| !v.is_empty());
+        match anthropic {
+            // Listing models needs no particular version: any names the dialect.
+            true => Caller::admitted(parts, state, super::extract::authenticate_anthropic)
+                .map(ModelsCaller::Anthropic)
+                .map_err(|e| messages_api::AnthropicError::from(e).into_response()),
+            false => OpenAiCaller::from_request_parts(parts, state)
+                .await
+                .map(|c| ModelsCaller::OpenAi(c.0))
+                .map_err(IntoResponse::into_response),
+        }
+    }
 }
 
 /// OpenAI's chat completions, on a route's certified prompt.
@@ -127,7 +187,7 @@ pub(super) struct Delivery {
 #[derive(Debug)]
 pub struct OpenAiCaller(pub Caller);
 
-impl axum::extract::FromRequestParts<AppState> for OpenAiCaller {
+impl FromRequestParts<AppState> for OpenAiCaller {
     type Rejection = OpenAiError;
 
     async fn from_request_parts(

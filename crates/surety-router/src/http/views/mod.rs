@@ -3,8 +3,10 @@
 //! same types the handlers return. Every value users read is a stable
 //! snake_case word, never Rust's Debug output.
 
+mod messages;
 mod responses;
 
+pub use messages::*;
 pub use responses::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -43,9 +45,10 @@ pub struct JobView {
     pub contract: String,
     pub contract_digest: String,
     /// How it was asked for: `native` (`POST /v1/jobs`), `chat` (`POST
-    /// /v1/chat/completions`) or `responses` (`POST /v1/responses`); a
+    /// /v1/chat/completions`), `responses` (`POST /v1/responses`) or
+    /// `messages` (`POST /v1/messages`); a
     /// replay answers in the same dialect.
-    #[schema(value_type = String, pattern = "^(native|chat|responses)$")]
+    #[schema(value_type = String, pattern = "^(native|chat|responses|messages)$")]
     pub kind: String,
     /// A `responses` job: the response it is (`resp_…`).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,174 @@
+//! Anthropic's Messages API (`POST /v1/messages`), so Anthropic's SDKs and
+//! the clients built on them put surety in front by changing a base URL:
+//! the facade's owners, limits and Idempotency-Key rules, the key in
+//! `x-api-key` (or `Authorization: Bearer`), `anthropic-version` required,
+//! every answer and error in Anthropic's shape. A message is a job of kind
+//! `messages`; its id (`msg_…`) is the job's, so a replay answers the same
+//! message.
+//!
+//! On a pinned route `system` and the user turn must be the contract's
+//! rendered prompt, read back into its input; on an output-only route the
+//! turns pass through (an agent loop's `tool_use` and `tool_result` to
+//! every provider kind in its own words). Either way the answer is checked
+//! against the contract before a byte is sent.
+
+mod error;
+mod reply;
+mod request;
+
+use axum::extract::{FromRequestParts, State};
+use axum::http::HeaderMap;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use surety_config::Facade;
+use surety_core::Fingerprint;
+use surety_store::{JobKind, OwnerId};
+
+pub use error::AnthropicError;
+
+use super::request::pin;
+use super::{OpenAiError, answer_limit, intent_key, stamp};
+use crate::http::error::ApiError;
+use crate::http::extract::{Caller, JsonObject, authenticate_anthropic};
+use crate::http::views::{AnthropicErrorView, MessageEventDoc, MessageObject, MessagesRequestDoc};
+use crate::jobs::{Intake, create_or_replay, route_and_contract, wait_at_rest};
+use crate::state::AppState;
+
+/// The header that names the API version a client speaks.
+pub const ANTHROPIC_VERSION: &str = "anthropic-version";
+
+/// The caller of a Messages request: its key (`x-api-key`, or a bearer
+/// token) checked and its `anthropic-version` read before any body is,
+/// each refusal in Anthropic's shape.
+#[derive(Debug)]
+pub struct AnthropicCaller(pub Caller);
+
+impl FromRequestParts<AppState> for AnthropicCaller {
+    type Rejection = AnthropicError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<AnthropicCaller, AnthropicError> {
+        let caller = Caller::admitted(parts, state, authenticate_anthropic)?;
+        version(&parts.headers)?;
+        Ok(AnthropicCaller(caller))
+    }
+}
+
+/// `anthropic-version`, required as Anthropic's API requires it: one
+/// header, a date (`2023-06-01`, what the SDKs send).
+fn version(headers: &HeaderMap) -> Result<(), AnthropicError> {
+    let sent: Vec<_> = headers.get_all(ANTHROPIC_VERSION).iter().collect();
+    let dated = |v: &str| {
+        let b = v.as_bytes();
+        b.len() == 10
+            && b.iter().enumerate().all(|(i, c)| match i {
+                4 | 7 => *c == b'-',
+                _ => c.is_ascii_digit(),
+            })
+    };
+    match sent.as_slice() {
+        [one] if one.to_str().is_ok_and(dated) => Ok(()),
+        [] => Err(AnthropicError::invalid(
+            None,
+            "anthropic-version: header is required",
+        )),
+        _ => Err(AnthropicError::invalid(
+            None,
+            "anthropic-version: one header, a date such as `2023-06-01`",
+        )),
+    }
+}
+
+/// Anthropic's messages, on a route's contract.
+#[utoipa::path(
+    post,
+    path = "/v1/messages",
+    tag = "anthropic",
+    params(
+        ("anthropic-version" = String, Header, nullable = false, description = "The API version the client speaks, a date (`2023-06-01`)", pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Names this intent: the same on every retry of it (required unless the operator allows one-off jobs)", min_length = 1, max_length = 255, pattern = r"^[!#-~]([ -~]*[!-~])?$"),
+    ),
+    request_body(content = MessagesRequestDoc, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The message, as JSON, or with `stream` as server-sent events (`message_start` … `message_stop`)", content(
+            (MessageObject = "application/json"),
+            (MessageEventDoc = "text/event-stream"),
+        )),
+        (status = 400, description = "A bad request, a prompt the certificate does not cover, or a parameter surety does not honour (named first in the message)", body = AnthropicErrorView),
+        (status = 401, description = "No or an unknown API key", body = AnthropicErrorView),
+        (status = 404, description = "No such route (`model`)", body = AnthropicErrorView),
+        (status = 409, description = "The key names a job with a different request", body = AnthropicErrorView),
+        (status = 413, description = "The body or the headers are too large", body = AnthropicErrorView),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = AnthropicErrorView),
+        (status = 500, description = "Every certified provider failed", body = AnthropicErrorView),
+        (status = 504, description = "The job is still running, or unknown", body = AnthropicErrorView),
+        (status = 529, description = "No provider is certified now, or the database is away or full: nothing was recorded (`overloaded_error`)", body = AnthropicErrorView),
+    )
+)]
+pub async fn create_message(
+    State(state): State<AppState>,
+    AnthropicCaller(caller): AnthropicCaller,
+    headers: HeaderMap,
+    body: Result<JsonObject<Value>, ApiError>,
+) -> Response {
+    match message(&state, caller, &headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn message(
+    state: &AppState,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: Result<JsonObject<Value>, ApiError>,
+) -> Result<Response, AnthropicError> {
+    let Caller(key, _admitted) = caller;
+    let JsonObject(body) = body?;
+    let Some(request) = body.as_object() else {
+        return Err(AnthropicError::invalid(
+            None,
+            "the body must be a JSON object",
+        ));
+    };
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| AnthropicError::invalid(Some("model"), "`model` must name a route"))?;
+    let (route, served) = route_and_contract(state, model)?;
+    let asked = request::parameters(request, served)?;
+    let (idempotency, keyless) = intent_key(state, headers)?;
+    let messages = request::turns(&body)?;
+    let input = match route.facade {
+        Facade::OutputOnly => body.clone(),
+        Facade::Pinned => pin(served, &messages).map_err(|message| {
+            OpenAiError::bad_request("prompt_not_certified", Some("messages"), message)
+        })?,
+    };
+    let owner = OwnerId(key.owner);
+    let fingerprint =
+        Fingerprint::of(&body).map_err(|e| AnthropicError::invalid(None, e.to_string()))?;
+    let intake = Intake::new(
+        (owner.clone(), idempotency),
+        (route.clone(), served.clone()),
+        input,
+        JobKind::Messages,
+        messages,
+    )
+    .fingerprinted(fingerprint);
+    // A pinned job's messages are its contract's rendering of its input;
+    // an output-only job's are the client's turns, kept with it.
+    let intake = match route.facade {
+        Facade::OutputOnly => intake.keeping_messages()?,
+        Facade::Pinned => intake,
+    };
+    let created = create_or_replay(state, intake, true).await?;
+    let replayed = created.replayed;
+    let (_, job, attempts) = wait_at_rest(state, &owner, created, answer_limit(state)).await?;
+    let mut response = reply::answer(&job, &attempts, asked)?;
+    stamp(&mut response, replayed, keyless, &job, route.facade);
+    Ok(response)
+}

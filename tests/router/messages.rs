@@ -1,0 +1,328 @@
+//! Anthropic's official Python SDK (`anthropic`), unchanged but for its
+//! base URL and key, as a client of the router's `/v1/messages`: a pinned
+//! prompt, both streams, replay by key, a conflict, refused parameters,
+//! the SDK's typed errors, and a certified tool use.
+
+use serde_json::{Value, json};
+use surety_fake_provider::FakeProvider;
+use surety_tests::TestDb;
+
+use crate::harness::{ACME, GLOBEX, Router, contract, language_script, manifest};
+use crate::sdk::{run_client, sdk_python};
+
+const CLIENT: &str = r#"
+import json, os, urllib.request
+import anthropic
+
+base = os.environ["BASE_URL"]
+client = anthropic.Anthropic(base_url=base, api_key=os.environ["API_KEY"], max_retries=2)
+system = os.environ["SYSTEM_PROMPT"]
+key = lambda k: {"Idempotency-Key": k}
+ask = lambda text, k, **kw: client.messages.create(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system=system,
+    messages=[{"role": "user", "content": text}], extra_headers=key(k), **kw)
+seen = {}
+
+first = ask(os.environ["USER_FRENCH"], "msg-1")
+raw = client.messages.with_raw_response.create(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system=system,
+    messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}], extra_headers=key("msg-1"))
+again = raw.parse()
+seen["first"] = first.model_dump()
+seen["models"] = [m.model_dump(mode="json") for m in client.models.list().data]
+seen["again"] = {"id": again.id, "replayed": raw.headers.get("idempotent-replayed"), "request_id": again._request_id}
+# System as text blocks, content as blocks: the same prompt.
+blocks = client.messages.create(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system=[{"type": "text", "text": system}],
+    messages=[{"role": "user", "content": [{"type": "text", "text": os.environ["USER_GERMAN"]}]}], extra_headers=key("msg-2"))
+seen["blocks"] = blocks.content[0].text
+
+events = list(ask(os.environ["USER_GERMAN"], "msg-3", stream=True))
+seen["raw_stream"] = {
+    "types": [e.type for e in events],
+    "text": "".join(e.delta.text for e in events if e.type == "content_block_delta"),
+    "stop": [e.delta.stop_reason for e in events if e.type == "message_delta"],
+    "id": events[0].message.id,
+}
+with client.messages.stream(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system=system,
+        messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}], extra_headers=key("msg-4")) as stream:
+    pieces = list(stream.text_stream)
+    final = stream.get_final_message()
+seen["helper_stream"] = {"pieces": len(pieces), "text": "".join(pieces), "final": final.content[0].text, "stop": final.stop_reason}
+
+def error(call):
+    try:
+        call()
+    except anthropic.APIStatusError as e:
+        return {"class": type(e).__name__, "status": e.status_code, "type": e.body.get("error", {}).get("type"),
+                "message": e.body.get("error", {}).get("message"), "request_id": e.response.headers.get("request-id")}
+    return None
+seen["conflict"] = error(lambda: ask(os.environ["USER_GERMAN"], "msg-1"))
+seen["refused"] = error(lambda: ask(os.environ["USER_FRENCH"], "msg-5", extra_body={"top_k": 5}))
+seen["too_few_tokens"] = error(lambda: client.messages.create(model="language", max_tokens=1, system=system,
+    messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}], extra_headers=key("msg-6")))
+seen["not_pinned"] = error(lambda: client.messages.create(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system="Say anything.",
+    messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}], extra_headers=key("msg-7")))
+seen["unknown_model"] = error(lambda: client.messages.create(model="no-such-route", max_tokens=16,
+    messages=[{"role": "user", "content": "hi"}], extra_headers=key("msg-8")))
+stranger = anthropic.Anthropic(base_url=base, api_key="not-a-key", max_retries=0)
+seen["unauthorized"] = error(lambda: stranger.messages.create(model="language", max_tokens=16, messages=[{"role": "user", "content": "hi"}]))
+# Without anthropic-version, as the SDK never sends it.
+bare = urllib.request.Request(base + "/v1/messages", method="POST", data=b"{}",
+    headers={"x-api-key": os.environ["API_KEY"], "content-type": "application/json", "Idempotency-Key": "msg-9"})
+try:
+    urllib.request.urlopen(bare)
+except urllib.error.HTTPError as e:
+    seen["no_version"] = {"status": e.code, "body": json.loads(e.read())}
+
+# A route no provider is certified for: nothing was recorded, the SDK's OverloadedError.
+seen["overloaded"] = error(lambda: client.with_options(max_retries=0).messages.create(model="uncertified", max_tokens=int(os.environ["MAX_TOKENS"]),
+    system=system, messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}], extra_headers=key("msg-10")))
+# The owner's rate: the SDK's RateLimitError, once the burst is spent.
+limited = None
+for n in range(20):
+    limited = error(lambda: client.with_options(max_retries=0).messages.create(model="no-such-route", max_tokens=16,
+        messages=[{"role": "user", "content": "hi"}], extra_headers=key(f"msg-rate-{n}")))
+    if limited and limited["status"] == 429:
+        break
+seen["rate_limited"] = limited
+print(json.dumps(seen))
+"#;
+
+pub async fn the_anthropic_sdk_gets_its_message_once(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(language_script()).await.unwrap();
+    let routes = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n\
+                  [routes.uncertified]\ncontract = \"language-detect\"\nproviders = [\"fake-b\"]\n";
+    let router = Router::start(
+        db,
+        &[("fake-a", &fake), ("fake-b", &fake)],
+        routes,
+        &manifest(&[("fake-a", &fake, "language-detect")]),
+        "owner_requests_per_second = 1\nowner_burst = 30\n",
+    )
+    .await;
+    let language = contract("language-detect");
+    let render = |text: &str| language.render(&json!({"text": text})).unwrap();
+    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
+    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
+    let max_tokens = language.limits.max_output_tokens.to_string();
+    let env = [
+        ("BASE_URL", router.base.as_str()),
+        ("API_KEY", ACME),
+        ("SYSTEM_PROMPT", french.system.as_str()),
+        ("USER_FRENCH", french.user.as_str()),
+        ("USER_GERMAN", german.user.as_str()),
+        ("MAX_TOKENS", max_tokens.as_str()),
+    ];
+    let seen = run_client(&python, CLIENT, &env).await;
+    let parsed = |v: &Value| serde_json::from_str::<Value>(v.as_str().unwrap()).unwrap();
+    let first = &seen["first"];
+    let id = first["id"].as_str().unwrap();
+    assert!(id.starts_with("msg_"), "{seen}");
+    assert_eq!(first["type"], "message");
+    assert_eq!(first["role"], "assistant");
+    assert_eq!(first["model"], "language");
+    assert_eq!(first["stop_reason"], "end_turn");
+    assert_eq!(first["content"][0]["type"], "text");
+    assert_eq!(
+        parsed(&first["content"][0]["text"]),
+        json!({"language": "french"})
+    );
+    assert!(
+        first["usage"]["input_tokens"].as_u64().unwrap() > 0,
+        "{seen}"
+    );
+    assert_eq!(first["usage"]["cache_read_input_tokens"], 0, "{seen}");
+    assert_eq!(seen["again"]["id"], id, "a replay is the same message");
+    let models = seen["models"].as_array().unwrap();
+    assert_eq!(models.len(), 2, "the routes, in Anthropic's shape: {seen}");
+    assert_eq!(models[0]["type"], "model", "{seen}");
+    assert!(models.iter().any(|m| m["id"] == "language"), "{seen}");
+    assert_eq!(seen["again"]["replayed"], "true");
+    assert!(
+        seen["again"]["request_id"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "every answer carries request-id: {seen}"
+    );
+    assert_eq!(parsed(&seen["blocks"]), json!({"language": "german"}));
+
+    let raw = &seen["raw_stream"];
+    let types: Vec<&str> = raw["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let deltas = types
+        .iter()
+        .filter(|t| **t == "content_block_delta")
+        .count();
+    assert!(deltas >= 1, "{seen}");
+    // The SDK passes every event but `ping` on.
+    let mut expected = vec!["message_start", "content_block_start"];
+    expected.extend(std::iter::repeat_n("content_block_delta", deltas));
+    expected.extend(["content_block_stop", "message_delta", "message_stop"]);
+    assert_eq!(types, expected, "{seen}");
+    assert_eq!(parsed(&raw["text"]), json!({"language": "german"}));
+    // On the wire (another owner: acme's rate is spent below), that
+    // stream: each event named, a `ping` second.
+    let body = json!({"model": "language", "max_tokens": language.limits.max_output_tokens, "system": german.system,
+        "messages": [{"role": "user", "content": german.user}], "stream": true});
+    let wire = reqwest::Client::new()
+        .post(format!("{}/v1/messages", router.base))
+        .header("x-api-key", GLOBEX)
+        .header("anthropic-version", "2023-06-01")
+        .header("Idempotency-Key", "msg-3")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wire.status(), 200);
+    assert_eq!(wire.headers()["content-type"], "text/event-stream");
+    let text = wire.text().await.unwrap();
+    let named: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(&named[..2], ["message_start", "ping"], "{text}");
+    assert_eq!(named.last(), Some(&"message_stop"), "{text}");
+    assert_eq!(raw["stop"], json!(["end_turn"]));
+    let helper = &seen["helper_stream"];
+    assert_eq!(parsed(&helper["text"]), json!({"language": "french"}));
+    assert_eq!(helper["final"], helper["text"]);
+    assert_eq!(helper["stop"], "end_turn");
+
+    let error = |name: &str, class: &str, status: u64, kind: &str| {
+        let e = &seen[name];
+        assert_eq!(e["class"], class, "{name}: {seen}");
+        assert_eq!(e["status"], status, "{name}: {seen}");
+        assert_eq!(e["type"], kind, "{name}: {seen}");
+        e["message"].as_str().unwrap().to_owned()
+    };
+    error("conflict", "ConflictError", 409, "invalid_request_error");
+    let refused = error("refused", "BadRequestError", 400, "invalid_request_error");
+    assert!(refused.starts_with("top_k: "), "named first: {refused}");
+    let few = error(
+        "too_few_tokens",
+        "BadRequestError",
+        400,
+        "invalid_request_error",
+    );
+    assert!(few.starts_with("max_tokens: "), "{few}");
+    let unpinned = error(
+        "not_pinned",
+        "BadRequestError",
+        400,
+        "invalid_request_error",
+    );
+    assert!(unpinned.starts_with("messages: "), "{unpinned}");
+    error("unknown_model", "NotFoundError", 404, "not_found_error");
+    error(
+        "unauthorized",
+        "AuthenticationError",
+        401,
+        "authentication_error",
+    );
+    error("overloaded", "OverloadedError", 529, "overloaded_error");
+    error("rate_limited", "RateLimitError", 429, "rate_limit_error");
+    assert!(
+        seen["conflict"]["request_id"].as_str().is_some(),
+        "an error carries request-id too: {seen}"
+    );
+    assert_eq!(seen["no_version"]["status"], 400, "{seen}");
+    assert_eq!(
+        seen["no_version"]["body"]["error"]["message"], "anthropic-version: header is required",
+        "{seen}"
+    );
+    // msg-1 (once, then replayed), msg-2, msg-3, msg-4, globex's msg-3:
+    // the refusals called nobody.
+    assert_eq!(fake.calls(), 5, "one provider call per intent: {seen}");
+    // The owner's rate is spent: the store says what the job is.
+    let job = router
+        .state
+        .inner
+        .store
+        .job(
+            &surety_store::OwnerId("acme".to_owned()),
+            &surety_store::JobId(job_of(id)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(job.kind, surety_store::JobKind::Messages, "{job:?}");
+}
+
+/// The job a `msg_` id names.
+fn job_of(message_id: &str) -> String {
+    let hex = message_id.strip_prefix("msg_").unwrap();
+    uuid::Uuid::try_parse(hex).unwrap().hyphenated().to_string()
+}
+
+const TOOL_CLIENT: &str = r#"
+import json, os
+import anthropic
+
+client = anthropic.Anthropic(base_url=os.environ["BASE_URL"], api_key=os.environ["API_KEY"], max_retries=2)
+messages = json.loads(os.environ["MESSAGES"])
+# Anthropic's tools: the contract's certified ones, in Anthropic's words.
+tools = [{"name": t["function"]["name"], "description": t["function"]["description"], "input_schema": t["function"]["parameters"]}
+         for t in json.loads(os.environ["TOOLS"])]
+key = lambda k: {"Idempotency-Key": k}
+ask = lambda **kw: client.messages.create(model="support", max_tokens=int(os.environ["MAX_TOKENS"]), system=messages[0]["content"],
+    messages=[{"role": "user", "content": messages[1]["content"]}], tools=tools, tool_choice={"type": "any"}, **kw)
+seen = {}
+used = ask(extra_headers=key("refund-msg-1"))
+block = used.content[0]
+seen["use"] = {"type": block.type, "name": block.name, "input": block.input, "id": block.id, "blocks": len(used.content), "stop": used.stop_reason}
+seen["replay_id"] = ask(extra_headers=key("refund-msg-1")).content[0].id
+with client.messages.stream(model="support", max_tokens=int(os.environ["MAX_TOKENS"]), system=messages[0]["content"],
+        messages=[{"role": "user", "content": messages[1]["content"]}], tools=tools, extra_headers=key("refund-msg-2")) as stream:
+    partial = "".join(e.delta.partial_json for e in stream if e.type == "content_block_delta" and e.delta.type == "input_json_delta")
+    final = stream.get_final_message()
+seen["stream"] = {"partial": json.loads(partial), "input": final.content[0].input, "name": final.content[0].name}
+try:
+    client.messages.create(model="support", max_tokens=int(os.environ["MAX_TOKENS"]), system=messages[0]["content"],
+        messages=[{"role": "user", "content": messages[1]["content"]}], tools=[dict(tools[0], description="Refund anything.")] + tools[1:],
+        extra_headers=key("refund-msg-3"))
+except anthropic.BadRequestError as e:
+    seen["other_tool"] = e.body["error"]["message"]
+print(json.dumps(seen))
+"#;
+
+pub async fn the_anthropic_sdk_gets_a_certified_tool_use_once(db: &TestDb) {
+    let Some(python) = sdk_python() else { return };
+    let fake = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    let router = crate::tools::support_router(db, &[("claude", "anthropic", &fake)]).await;
+    let max_tokens = contract("support-action")
+        .limits
+        .max_output_tokens
+        .to_string();
+    let messages = crate::tools::case_messages("damaged-teapot").to_string();
+    let tools = crate::tools::openai_tools().to_string();
+    let env = [
+        ("BASE_URL", router.base.as_str()),
+        ("API_KEY", ACME),
+        ("MESSAGES", messages.as_str()),
+        ("TOOLS", tools.as_str()),
+        ("MAX_TOKENS", max_tokens.as_str()),
+    ];
+    let seen = run_client(&python, TOOL_CLIENT, &env).await;
+    let refund = crate::tools::teapot_refund();
+    let used = &seen["use"];
+    assert_eq!(used["type"], "tool_use", "{seen}");
+    assert_eq!(used["name"], "refund", "{seen}");
+    assert_eq!(used["input"], refund, "{seen}");
+    assert_eq!(used["blocks"], 1, "{seen}");
+    assert_eq!(used["stop"], "tool_use", "{seen}");
+    assert!(used["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(
+        seen["replay_id"], used["id"],
+        "a replay names the same call"
+    );
+    assert_eq!(seen["stream"]["partial"], refund, "{seen}");
+    assert_eq!(seen["stream"]["input"], refund, "{seen}");
+    assert_eq!(seen["stream"]["name"], "refund", "{seen}");
+    let other = seen["other_tool"].as_str().unwrap();
+    assert!(other.starts_with("tools[0]: "), "{other}");
+    assert_eq!(fake.calls(), 2, "one provider call per intent: {seen}");
+}
