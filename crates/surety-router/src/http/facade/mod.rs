@@ -209,6 +209,27 @@ async fn chat(
 ) -> Result<Response, OpenAiError> {
     let Caller(key, _admitted) = caller;
     let JsonObject(body) = body?;
+    let (request, model) = request_model(&body)?;
+    let (route, served) = route_and_contract(state, model)?;
+    let delivery = parameters(request, served)?;
+    let (idempotency, keyless) = intent_key(state, headers)?;
+    let sent = chat_messages(&body)?;
+    let owner = OwnerId(key.owner);
+    let (replayed, job, attempts) = settled_job(
+        state,
+        (owner, idempotency),
+        (route.clone(), served.clone()),
+        &body,
+        (JobKind::Chat, sent),
+    )
+    .await?;
+    let mut response = answer(&job, &attempts, delivery)?;
+    stamp(&mut response, replayed, keyless, &job, route.facade);
+    Ok(response)
+}
+
+/// A facade request's body as an object, and the route its `model` names.
+fn request_model(body: &Value) -> Result<(&serde_json::Map<String, Value>, &str), OpenAiError> {
     let Some(request) = body.as_object() else {
         return Err(OpenAiError::bad_request(
             "invalid_request",
@@ -226,42 +247,52 @@ async fn chat(
                 "`model` must name a route",
             )
         })?;
-    let (route, served) = route_and_contract(state, model)?;
-    let delivery = parameters(request, served)?;
-    let (idempotency, keyless) = intent_key(state, headers)?;
-    let sent = chat_messages(&body)?;
-    let (input, messages) = match route.facade {
-        Facade::OutputOnly => (body.clone(), sent),
-        Facade::Pinned => {
-            let input = pin(served, &sent).map_err(|message| {
-                OpenAiError::bad_request("prompt_not_certified", Some("messages"), message)
-            })?;
-            (input, sent)
-        }
+    Ok((request, model))
+}
+
+/// The job a facade request of `kind` asks for, by its route's rules: on
+/// a pinned route its input is the contract's, read back from the
+/// client's `messages`; on an output-only route it is the request itself,
+/// with the messages kept for its retries. Fingerprinted by the body,
+/// created or replayed, and waited for: whether it was a replay, the job
+/// at rest and its attempts.
+async fn settled_job(
+    state: &AppState,
+    (owner, idempotency): (OwnerId, IdempotencyKey),
+    (route, served): (
+        crate::config::Route,
+        std::sync::Arc<crate::certification::ServedContract>,
+    ),
+    body: &Value,
+    (kind, messages): (JobKind, Vec<surety_providers::Message>),
+) -> Result<(bool, Job, Vec<surety_store::Attempt>), OpenAiError> {
+    let input = match route.facade {
+        Facade::OutputOnly => body.clone(),
+        Facade::Pinned => pin(&served, &messages).map_err(|message| {
+            OpenAiError::bad_request("prompt_not_certified", Some("messages"), message)
+        })?,
     };
-    let owner = OwnerId(key.owner);
-    let fingerprint = Fingerprint::of(&body)
+    let fingerprint = Fingerprint::of(body)
         .map_err(|e| OpenAiError::bad_request("invalid_request", None, e.to_string()))?;
+    let facade = route.facade;
     let intake = Intake::new(
         (owner.clone(), idempotency),
-        (route.clone(), served.clone()),
+        (route, served),
         input,
-        JobKind::Chat,
+        kind,
         messages,
     )
     .fingerprinted(fingerprint);
     // A pinned job's messages are its contract's rendering of its input;
     // an output-only job's are the client's, kept with it.
-    let intake = match route.facade {
+    let intake = match facade {
         Facade::OutputOnly => intake.keeping_messages()?,
         Facade::Pinned => intake,
     };
     let created = create_or_replay(state, intake, true).await?;
     let replayed = created.replayed;
     let (_, job, attempts) = wait_at_rest(state, &owner, created, answer_limit(state)).await?;
-    let mut response = answer(&job, &attempts, delivery)?;
-    stamp(&mut response, replayed, keyless, &job, route.facade);
-    Ok(response)
+    Ok((replayed, job, attempts))
 }
 
 /// The request's Idempotency-Key, and whether it came without one (a

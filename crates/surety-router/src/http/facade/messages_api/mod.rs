@@ -21,18 +21,15 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use surety_config::Facade;
-use surety_core::Fingerprint;
 use surety_store::{JobKind, OwnerId};
 
 pub use error::AnthropicError;
 
-use super::request::pin;
-use super::{OpenAiError, answer_limit, intent_key, stamp};
+use super::{intent_key, request_model, settled_job, stamp};
 use crate::http::error::ApiError;
 use crate::http::extract::{Caller, JsonObject, authenticate_anthropic};
 use crate::http::views::{AnthropicErrorView, MessageEventDoc, MessageObject, MessagesRequestDoc};
-use crate::jobs::{Intake, create_or_replay, route_and_contract, wait_at_rest};
+use crate::jobs::route_and_contract;
 use crate::state::AppState;
 
 /// The header that names the API version a client speaks.
@@ -128,46 +125,20 @@ async fn message(
 ) -> Result<Response, AnthropicError> {
     let Caller(key, _admitted) = caller;
     let JsonObject(body) = body?;
-    let Some(request) = body.as_object() else {
-        return Err(AnthropicError::invalid(
-            None,
-            "the body must be a JSON object",
-        ));
-    };
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| AnthropicError::invalid(Some("model"), "`model` must name a route"))?;
+    let (request, model) = request_model(&body)?;
     let (route, served) = route_and_contract(state, model)?;
     let asked = request::parameters(request, served)?;
     let (idempotency, keyless) = intent_key(state, headers)?;
     let messages = request::turns(&body)?;
-    let input = match route.facade {
-        Facade::OutputOnly => body.clone(),
-        Facade::Pinned => pin(served, &messages).map_err(|message| {
-            OpenAiError::bad_request("prompt_not_certified", Some("messages"), message)
-        })?,
-    };
     let owner = OwnerId(key.owner);
-    let fingerprint =
-        Fingerprint::of(&body).map_err(|e| AnthropicError::invalid(None, e.to_string()))?;
-    let intake = Intake::new(
-        (owner.clone(), idempotency),
+    let (replayed, job, attempts) = settled_job(
+        state,
+        (owner, idempotency),
         (route.clone(), served.clone()),
-        input,
-        JobKind::Messages,
-        messages,
+        &body,
+        (JobKind::Messages, messages),
     )
-    .fingerprinted(fingerprint);
-    // A pinned job's messages are its contract's rendering of its input;
-    // an output-only job's are the client's turns, kept with it.
-    let intake = match route.facade {
-        Facade::OutputOnly => intake.keeping_messages()?,
-        Facade::Pinned => intake,
-    };
-    let created = create_or_replay(state, intake, true).await?;
-    let replayed = created.replayed;
-    let (_, job, attempts) = wait_at_rest(state, &owner, created, answer_limit(state)).await?;
+    .await?;
     let mut response = reply::answer(&job, &attempts, asked)?;
     stamp(&mut response, replayed, keyless, &job, route.facade);
     Ok(response)

@@ -31,7 +31,7 @@ use surety_store::{Attempt, Job, JobKind, OwnerId, StoreError};
 
 use super::reply::{answer_calls, unsettled};
 use super::request::pin;
-use super::{OpenAiCaller, OpenAiError, answer_limit, intent_key, stamp};
+use super::{OpenAiCaller, OpenAiError, answer_limit, intent_key, request_model, stamp};
 use crate::http::error::ApiError;
 use crate::http::extract::{Caller, JsonObject};
 use crate::http::responses::{OpenAiFull, OpenAiLimited, OpenAiUnauthorized, OpenAiUncertified};
@@ -93,23 +93,7 @@ async fn respond(
 ) -> Result<Response, OpenAiError> {
     let Caller(key, _admitted) = caller;
     let JsonObject(body) = body?;
-    let Some(request) = body.as_object() else {
-        return Err(OpenAiError::bad_request(
-            "invalid_request",
-            None,
-            "the body must be a JSON object",
-        ));
-    };
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            OpenAiError::bad_request(
-                "invalid_request",
-                Some("model"),
-                "`model` must name a route",
-            )
-        })?;
+    let (request, model) = request_model(&body)?;
     let (route, served) = route_and_contract(state, model)?;
     let asked = parameters(request, served)?;
     let (idempotency, keyless) = intent_key(state, headers)?;
