@@ -125,22 +125,72 @@ pub fn authenticate(
     headers: &HeaderMap,
     peer: Option<std::net::IpAddr>,
 ) -> Result<ApiKey, ApiError> {
+    key_in(state, headers, peer, |headers| {
+        if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+            return Err(ApiError::new(
+                Problem::MalformedBody,
+                "this request carries more than one Authorization header; send one",
+            ));
+        }
+        bearer(headers).ok_or_else(|| {
+            ApiError::new(
+                Problem::Unauthorized,
+                "send `Authorization: Bearer <API key>`",
+            )
+        })
+    })
+}
+
+/// As [`authenticate`], for Anthropic's SDKs: the key in `x-api-key`
+/// (what they send), or else `Authorization: Bearer` (their `auth_token`).
+/// Two of either, or both at once, are refused: which one counts would be
+/// the reader's guess.
+pub fn authenticate_anthropic(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Result<ApiKey, ApiError> {
+    key_in(state, headers, peer, |headers| {
+        let keys = headers.get_all(X_API_KEY).iter().count();
+        let authorizations = headers.get_all(header::AUTHORIZATION).iter().count();
+        if keys + authorizations > 1 {
+            return Err(ApiError::new(
+                Problem::MalformedBody,
+                "this request carries more than one API key (x-api-key, Authorization); send one",
+            ));
+        }
+        match headers.get(X_API_KEY) {
+            Some(value) => value.to_str().ok().map(str::trim).filter(|t| !t.is_empty()),
+            None => bearer(headers),
+        }
+        .ok_or_else(|| {
+            ApiError::new(
+                Problem::Unauthorized,
+                "send the API key in `x-api-key` (or `Authorization: Bearer <API key>`)",
+            )
+        })
+    })
+}
+
+/// The configured key the request's `token` names: refused at once for an
+/// address past its failed authentications; an unknown key counts
+/// against `peer`.
+fn key_in(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
+    token: impl FnOnce(&HeaderMap) -> Result<&str, ApiError>,
+) -> Result<ApiKey, ApiError> {
     if let Some(wait) = peer.and_then(|p| state.inner.failures.blocked(p)) {
         return Err(too_many_failures(wait));
     }
-    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
-        return Err(ApiError::new(
-            Problem::MalformedBody,
-            "this request carries more than one Authorization header; send one",
-        ));
-    }
-    let token = bearer(headers).ok_or_else(|| {
-        ApiError::new(
-            Problem::Unauthorized,
-            "send `Authorization: Bearer <API key>`",
-        )
-    })?;
-    known_key(state, token, peer)
+    let token = token(headers)?;
+    api_key(state, token).map(|(_, key)| key).ok_or_else(|| {
+        if let Some(peer) = peer {
+            state.inner.failures.failed(peer);
+        }
+        ApiError::new(Problem::Unauthorized, "unknown API key")
+    })
 }
 
 /// The token of an `Authorization: Bearer` header, if one is there.
@@ -154,55 +204,8 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|token| !token.is_empty())
 }
 
-/// As [`authenticate`], for Anthropic's SDKs: the key in `x-api-key`
-/// (what they send), or else `Authorization: Bearer` (their `auth_token`).
-/// Two of either, or both at once, are refused: which one counts would be
-/// the reader's guess.
-pub fn authenticate_anthropic(
-    state: &AppState,
-    headers: &HeaderMap,
-    peer: Option<std::net::IpAddr>,
-) -> Result<ApiKey, ApiError> {
-    if let Some(wait) = peer.and_then(|p| state.inner.failures.blocked(p)) {
-        return Err(too_many_failures(wait));
-    }
-    let keys = headers.get_all(X_API_KEY).iter().count();
-    let authorizations = headers.get_all(header::AUTHORIZATION).iter().count();
-    if keys > 1 || authorizations > 1 || (keys == 1 && authorizations == 1) {
-        return Err(ApiError::new(
-            Problem::MalformedBody,
-            "this request carries more than one API key (x-api-key, Authorization); send one",
-        ));
-    }
-    let token = match headers.get(X_API_KEY) {
-        Some(value) => value.to_str().ok().map(str::trim).filter(|t| !t.is_empty()),
-        None => bearer(headers),
-    }
-    .ok_or_else(|| {
-        ApiError::new(
-            Problem::Unauthorized,
-            "send the API key in `x-api-key` (or `Authorization: Bearer <API key>`)",
-        )
-    })?;
-    known_key(state, token, peer)
-}
-
 /// The header Anthropic's SDKs send their key in.
 pub const X_API_KEY: &str = "x-api-key";
-
-/// The configured key `token` is; an unknown one counts against `peer`.
-fn known_key(
-    state: &AppState,
-    token: &str,
-    peer: Option<std::net::IpAddr>,
-) -> Result<ApiKey, ApiError> {
-    api_key(state, token).map(|(_, key)| key).ok_or_else(|| {
-        if let Some(peer) = peer {
-            state.inner.failures.failed(peer);
-        }
-        ApiError::new(Problem::Unauthorized, "unknown API key")
-    })
-}
 
 /// The refusal of an address past its failed authentications.
 pub fn too_many_failures(wait: std::time::Duration) -> ApiError {

@@ -69,20 +69,30 @@ impl IntoResponse for OpenAiError {
         };
         let mut response = (self.status, Json(body)).into_response();
         let headers = response.headers_mut();
-        if let Some(retry) = self.should_retry {
-            headers.insert(
-                "x-should-retry",
-                HeaderValue::from_static(if retry { "true" } else { "false" }),
-            );
-        }
-        if let Some(seconds) = self.retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
+        retry_headers(headers, self.should_retry, self.retry_after);
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         crate::http::error::close_if_limited(&mut response);
         response
+    }
+}
+
+/// Whether a retry can help (`x-should-retry`, which OpenAI's and
+/// Anthropic's SDKs both read) and when (`Retry-After`, in seconds).
+pub(super) fn retry_headers(
+    headers: &mut axum::http::HeaderMap,
+    should_retry: Option<bool>,
+    retry_after: Option<u64>,
+) {
+    if let Some(retry) = should_retry {
+        headers.insert(
+            "x-should-retry",
+            HeaderValue::from_static(if retry { "true" } else { "false" }),
+        );
+    }
+    if let Some(seconds) = retry_after {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
 }
 

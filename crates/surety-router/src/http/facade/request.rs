@@ -64,20 +64,7 @@ pub(super) fn parameters(
                     "surety answers one choice per job: `n` must be 1".to_owned(),
                 );
             }
-            "temperature" => {
-                let certified = f64::from(contract.sampling.temperature);
-                if !(value.is_null()
-                    || value.as_f64().is_some_and(|t| (t - certified).abs() < 1e-9))
-                {
-                    return refuse(
-                        name,
-                        format!(
-                            "the route's contract `{}` is certified at temperature {certified}; send that or none",
-                            contract.id
-                        ),
-                    );
-                }
-            }
+            "temperature" => sampled_as_certified(name, value, contract)?,
             "max_tokens" | "max_completion_tokens" => {
                 let certified = u64::from(contract.limits.max_output_tokens);
                 if !(value.is_null() || value.as_u64() == Some(certified)) {
@@ -133,6 +120,33 @@ pub(super) fn parameters(
         }
     }
     Ok(delivery)
+}
+
+/// `temperature` and `top_p` as the contract is certified: its
+/// temperature and no nucleus sampling (`top_p` 1), each sent or not.
+pub(super) fn sampled_as_certified(
+    name: &str,
+    value: &Value,
+    contract: &surety_contracts::Contract,
+) -> Result<(), OpenAiError> {
+    let (certified, why) = match name {
+        "top_p" => (
+            1.0,
+            "without nucleus sampling; send `top_p` 1 or none".to_owned(),
+        ),
+        _ => {
+            let t = f64::from(contract.sampling.temperature);
+            (t, format!("at temperature {t}; send that or none"))
+        }
+    };
+    match value.is_null() || value.as_f64().is_some_and(|v| (v - certified).abs() < 1e-9) {
+        true => Ok(()),
+        false => Err(OpenAiError::bad_request(
+            "unsupported_parameter",
+            Some(name),
+            format!("the route's contract `{}` is certified {why}", contract.id),
+        )),
+    }
 }
 
 /// How a dialect writes a function tool.

@@ -170,9 +170,6 @@ pub struct AnthropicErrorView {
     #[serde(rename = "type")]
     pub kind: String,
     pub error: AnthropicErrorDetail,
-    /// The request's id (also in the `request-id` header).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -6,10 +6,11 @@
 //! errors name the field at fault.
 
 use axum::Json;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::super::OpenAiError;
+use super::super::error::retry_headers;
 use crate::http::error::ApiError;
 use crate::http::views::{AnthropicErrorDetail, AnthropicErrorView};
 
@@ -91,19 +92,9 @@ impl IntoResponse for AnthropicError {
                 kind: self.kind.to_owned(),
                 message: self.message,
             },
-            request_id: None,
         };
         let mut response = (self.status, Json(body)).into_response();
-        let headers = response.headers_mut();
-        if let Some(retry) = self.should_retry {
-            headers.insert(
-                "x-should-retry",
-                HeaderValue::from_static(if retry { "true" } else { "false" }),
-            );
-        }
-        if let Some(seconds) = self.retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-        }
+        retry_headers(response.headers_mut(), self.should_retry, self.retry_after);
         crate::http::error::close_if_limited(&mut response);
         response
     }

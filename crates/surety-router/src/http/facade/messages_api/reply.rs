@@ -80,14 +80,15 @@ fn message_of(job: &Job, result: &serde_json::Value, tool_calls: bool) -> Messag
 }
 
 fn event(message: &MessageEvent) -> Event {
-    let event = Event::default().event(message.kind());
-    match event.clone().json_data(message) {
-        Ok(event) => event,
+    Event::default()
+        .event(message.kind())
+        .json_data(message)
         // Plain structs of strings and numbers always serialise.
-        Err(e) => event.data(format!(
-            "{{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"{e}\"}}}}"
-        )),
-    }
+        .unwrap_or_else(|e| {
+            Event::default().event("error").data(format!(
+                "{{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"{e}\"}}}}"
+            ))
+        })
 }
 
 /// The message as Anthropic's events: `message_start` (no content yet,

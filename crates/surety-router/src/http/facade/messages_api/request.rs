@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use surety_providers::{CalledTool, Message, Role};
 
 use super::super::OpenAiError;
-use super::super::request::{ToolShape, pin_tools};
+use super::super::request::{ToolShape, pin_tools, sampled_as_certified};
 use crate::certification::ServedContract;
 
 /// What the request asks of the answer's delivery.
@@ -84,21 +84,7 @@ pub(super) fn parameters(
                 Value::Null => {}
                 _ => return Err(refuse(name, "`stream` must be true or false")),
             },
-            "temperature" => {
-                let certified = f64::from(contract.sampling.temperature);
-                if !(value.is_null()
-                    || value.as_f64().is_some_and(|t| (t - certified).abs() < 1e-9))
-                {
-                    return Err(refuse(
-                        name,
-                        format!(
-                            "the route's contract `{}` is certified at temperature {certified}; send that or none",
-                            contract.id
-                        ),
-                    ));
-                }
-            }
-            "top_p" if value.is_null() || value.as_f64() == Some(1.0) => {}
+            "temperature" | "top_p" => sampled_as_certified(name, value, contract)?,
             "stop_sequences" if value.is_null() || value == &json!([]) => {}
             "stop_sequences" => {
                 return Err(refuse(

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use surety_providers::{CalledTool, Message};
 
 use super::super::OpenAiError;
-use super::super::request::{ToolShape, pin_tools};
+use super::super::request::{ToolShape, pin_tools, sampled_as_certified};
 use crate::certification::ServedContract;
 
 /// The most `metadata` pairs, and the longest key and value, as OpenAI allows.
@@ -99,31 +99,7 @@ pub(super) fn parameters(
                     "only `truncation: \"disabled\"`: surety never drops part of a conversation",
                 ));
             }
-            "temperature" => {
-                let certified = f64::from(contract.sampling.temperature);
-                if !(value.is_null()
-                    || value.as_f64().is_some_and(|t| (t - certified).abs() < 1e-9))
-                {
-                    return Err(refuse(
-                        name,
-                        format!(
-                            "the route's contract `{}` is certified at temperature {certified}; send that or none",
-                            contract.id
-                        ),
-                    ));
-                }
-            }
-            "top_p" => {
-                if !(value.is_null() || value.as_f64().is_some_and(|p| (p - 1.0).abs() < 1e-9)) {
-                    return Err(refuse(
-                        name,
-                        format!(
-                            "the route's contract `{}` is certified without nucleus sampling; send `top_p` 1 or none",
-                            contract.id
-                        ),
-                    ));
-                }
-            }
+            "temperature" | "top_p" => sampled_as_certified(name, value, contract)?,
             "max_output_tokens" => {
                 let certified = u64::from(contract.limits.max_output_tokens);
                 if !(value.is_null() || value.as_u64() == Some(certified)) {
