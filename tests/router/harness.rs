@@ -87,15 +87,25 @@ pub fn provider_config(id: &str, fake: &FakeProvider) -> ProviderConfig {
 /// A manifest certifying each `(provider at fake, contract)` for a day, bound
 /// to the provider's configuration as the test routers have it.
 pub fn manifest(certified: &[(&str, &FakeProvider, &str)]) -> Manifest {
+    let configs: Vec<ProviderConfig> = certified
+        .iter()
+        .map(|(p, fake, _)| provider_config(p, fake))
+        .collect();
+    let pairs: Vec<(&ProviderConfig, &str)> = configs
+        .iter()
+        .zip(certified)
+        .map(|(config, (_, _, c))| (config, *c))
+        .collect();
+    manifest_of(&pairs)
+}
+
+/// A manifest certifying each `(provider configuration, contract)` for a day.
+pub fn manifest_of(certified: &[(&ProviderConfig, &str)]) -> Manifest {
     let now = OffsetDateTime::now_utc();
     let entries: Vec<Entry> = certified
         .iter()
-        .map(|(p, fake, c)| {
-            surety_tests::certified_entry(
-                &provider_config(p, fake),
-                &contract(c),
-                now + time::Duration::days(1),
-            )
+        .map(|(config, c)| {
+            surety_tests::certified_entry(config, &contract(c), now + time::Duration::days(1))
         })
         .collect();
     let mut manifest = Manifest::new(now);

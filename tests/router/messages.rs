@@ -7,7 +7,10 @@ use serde_json::{Value, json};
 use surety_fake_provider::FakeProvider;
 use surety_tests::TestDb;
 
-use crate::harness::{ACME, GLOBEX, Router, contract, language_script, manifest};
+use surety_harness::tokenizer::{TokenCheck, Tokenizer};
+use surety_providers::ProvidersConfig;
+
+use crate::harness::{ACME, GLOBEX, Router, contract, language_script, manifest_of, provider_toml};
 use crate::sdk::{run_client, sdk_python};
 
 const CLIENT: &str = r#"
@@ -33,6 +36,10 @@ seen["again"] = {"id": again.id, "replayed": raw.headers.get("idempotent-replaye
 blocks = client.messages.create(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system=[{"type": "text", "text": system}],
     messages=[{"role": "user", "content": [{"type": "text", "text": os.environ["USER_GERMAN"]}]}], extra_headers=key("msg-2"))
 seen["blocks"] = blocks.content[0].text
+counted = client.messages.with_raw_response.count_tokens(model="language", system=system,
+    messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}])
+seen["count"] = {"input_tokens": counted.parse().input_tokens, "tokenizer": counted.headers.get("surety-tokenizer"),
+    "provider": counted.headers.get("surety-provider")}
 
 events = list(ask(os.environ["USER_GERMAN"], "msg-3", stream=True))
 seen["raw_stream"] = {
@@ -55,6 +62,10 @@ def error(call):
                 "message": e.body.get("error", {}).get("message"), "request_id": e.response.headers.get("request-id")}
     return None
 seen["conflict"] = error(lambda: ask(os.environ["USER_GERMAN"], "msg-1"))
+seen["count_untokenized"] = error(lambda: client.messages.count_tokens(model="untokenized", system=system,
+    messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}]))
+seen["count_refused"] = error(lambda: client.messages.count_tokens(model="language", system=system,
+    messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}], extra_body={"max_tokens": 5}))
 seen["refused"] = error(lambda: ask(os.environ["USER_FRENCH"], "msg-5", extra_body={"top_k": 5}))
 seen["too_few_tokens"] = error(lambda: client.messages.create(model="language", max_tokens=1, system=system,
     messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}], extra_headers=key("msg-6")))
@@ -90,12 +101,28 @@ pub async fn the_anthropic_sdk_gets_its_message_once(db: &TestDb) {
     let Some(python) = sdk_python() else { return };
     let fake = FakeProvider::start(language_script()).await.unwrap();
     let routes = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n\
-                  [routes.uncertified]\ncontract = \"language-detect\"\nproviders = [\"fake-b\"]\n";
-    let router = Router::start(
+                  [routes.uncertified]\ncontract = \"language-detect\"\nproviders = [\"fake-b\"]\n\
+                  [routes.untokenized]\ncontract = \"language-detect\"\nproviders = [\"fake-c\"]\n";
+    // fake-a counts tokens with o200k_base, fake-c names no tokenizer.
+    let tokenized = format!(
+        "{}tokenizer = \"tiktoken:o200k_base\"\n",
+        provider_toml("fake-a", &fake)
+    );
+    let providers = [
+        tokenized,
+        provider_toml("fake-b", &fake),
+        provider_toml("fake-c", &fake),
+    ]
+    .concat();
+    let configs = ProvidersConfig::from_toml(&providers).unwrap().providers;
+    let router = Router::start_with(
         db,
-        &[("fake-a", &fake), ("fake-b", &fake)],
+        &providers,
         routes,
-        &manifest(&[("fake-a", &fake, "language-detect")]),
+        &manifest_of(&[
+            (&configs["fake-a"], "language-detect"),
+            (&configs["fake-c"], "language-detect"),
+        ]),
         "owner_requests_per_second = 1\nowner_burst = 30\n",
     )
     .await;
@@ -133,7 +160,7 @@ pub async fn the_anthropic_sdk_gets_its_message_once(db: &TestDb) {
     assert_eq!(first["usage"]["cache_read_input_tokens"], 0, "{seen}");
     assert_eq!(seen["again"]["id"], id, "a replay is the same message");
     let models = seen["models"].as_array().unwrap();
-    assert_eq!(models.len(), 2, "the routes, in Anthropic's shape: {seen}");
+    assert_eq!(models.len(), 3, "the routes, in Anthropic's shape: {seen}");
     assert_eq!(models[0]["type"], "model", "{seen}");
     assert!(models.iter().any(|m| m["id"] == "language"), "{seen}");
     assert_eq!(seen["again"]["replayed"], "true");
@@ -144,6 +171,20 @@ pub async fn the_anthropic_sdk_gets_its_message_once(db: &TestDb) {
         "every answer carries request-id: {seen}"
     );
     assert_eq!(parsed(&seen["blocks"]), json!({"language": "german"}));
+    // count_tokens counts as certification does, with the provider's tokenizer.
+    let tokenizer = Tokenizer::for_provider(
+        &configs["fake-a"],
+        surety_providers::build_provider(&configs["fake-a"]).unwrap(),
+    )
+    .unwrap();
+    let input = json!({"text": "Bonjour, je n'arrive pas à télécharger ma facture en PDF."});
+    let (check, certified_count) = tokenizer.check(&language, 16000, &input, &french).await;
+    assert!(!check.failed(), "{check:?}");
+    assert_eq!(
+        seen["count"],
+        json!({"input_tokens": certified_count.unwrap(), "tokenizer": "tiktoken:o200k_base", "provider": "fake-a"}),
+        "{seen}"
+    );
 
     let raw = &seen["raw_stream"];
     let types: Vec<&str> = raw["types"]
@@ -199,6 +240,23 @@ pub async fn the_anthropic_sdk_gets_its_message_once(db: &TestDb) {
         e["message"].as_str().unwrap().to_owned()
     };
     error("conflict", "ConflictError", 409, "invalid_request_error");
+    let untokenized = error(
+        "count_untokenized",
+        "BadRequestError",
+        400,
+        "invalid_request_error",
+    );
+    assert!(
+        untokenized.contains("`fake-c`") && untokenized.contains("no tokenizer"),
+        "{untokenized}"
+    );
+    let uncounted = error(
+        "count_refused",
+        "BadRequestError",
+        400,
+        "invalid_request_error",
+    );
+    assert!(uncounted.starts_with("max_tokens: "), "{uncounted}");
     let refused = error("refused", "BadRequestError", 400, "invalid_request_error");
     assert!(refused.starts_with("top_k: "), "named first: {refused}");
     let few = error(

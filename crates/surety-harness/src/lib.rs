@@ -29,7 +29,7 @@ use surety_providers::{
 use time::OffsetDateTime;
 
 use crate::golden::Golden;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{TokenCheck, Tokenizer};
 
 /// The harness's version, recorded in every manifest entry.
 pub const HARNESS_VERSION: &str = concat!("surety-harness ", env!("CARGO_PKG_VERSION"));

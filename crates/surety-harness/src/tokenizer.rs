@@ -2,10 +2,9 @@
 //! for OpenAI-family models, the server's tokenize endpoint where it has
 //! one), or `unverified`, said as such and never passed in silence.
 
-use std::sync::Arc;
-
 use surety_contracts::{Contract, Rendered};
-use surety_providers::{Provider, ProviderConfig, TokenizerConfig};
+pub use surety_providers::Tokenizer;
+use surety_providers::tokenizer::TOKENS_PER_MESSAGE;
 
 use crate::{Check, CheckStatus};
 
@@ -29,79 +28,22 @@ const SPECIAL_TOKEN_TEXT: [&str; 16] = [
     "</s>",
 ];
 
-pub enum Tokenizer {
-    Tiktoken {
-        name: String,
-        bpe: Box<tiktoken_rs::CoreBPE>,
-    },
-    Server(Arc<dyn Provider>),
-    Unverified,
-}
-
-impl std::fmt::Debug for Tokenizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.describe())
-    }
-}
-
-impl Tokenizer {
-    pub fn for_provider(
-        config: &ProviderConfig,
-        provider: Arc<dyn Provider>,
-    ) -> Result<Tokenizer, String> {
-        match &config.tokenizer {
-            TokenizerConfig::Tiktoken(name) => {
-                let bpe = match name.as_str() {
-                    "o200k_base" => tiktoken_rs::o200k_base(),
-                    "cl100k_base" => tiktoken_rs::cl100k_base(),
-                    "p50k_base" => tiktoken_rs::p50k_base(),
-                    "r50k_base" => tiktoken_rs::r50k_base(),
-                    other => return Err(format!("unknown tiktoken encoding `{other}`")),
-                }
-                .map_err(|e| format!("loading {name}: {e}"))?;
-                Ok(Tokenizer::Tiktoken {
-                    name: name.clone(),
-                    bpe: Box::new(bpe),
-                })
-            }
-            TokenizerConfig::Server => Ok(Tokenizer::Server(provider)),
-            TokenizerConfig::None => Ok(Tokenizer::Unverified),
-        }
-    }
-
-    pub fn describe(&self) -> String {
-        match self {
-            Tokenizer::Tiktoken { name, .. } => format!("tiktoken:{name}"),
-            Tokenizer::Server(p) => format!("server:{}", p.id()),
-            Tokenizer::Unverified => "unverified".to_owned(),
-        }
-    }
-
-    async fn encode(&self, text: &str) -> Result<Option<Vec<u32>>, String> {
-        match self {
-            Tokenizer::Tiktoken { bpe, .. } => Ok(Some(bpe.encode_ordinary(text))),
-            Tokenizer::Server(p) => p.tokenize(text).await.map(Some).map_err(|e| e.to_string()),
-            Tokenizer::Unverified => Ok(None),
-        }
-    }
-
-    async fn decode(&self, tokens: &[u32]) -> Result<String, String> {
-        match self {
-            Tokenizer::Tiktoken { bpe, .. } => bpe.decode(tokens).map_err(|e| e.to_string()),
-            Tokenizer::Server(p) => p.detokenize(tokens).await.map_err(|e| e.to_string()),
-            Tokenizer::Unverified => Err("no tokenizer".into()),
-        }
-    }
-
-    /// Tokens the tokenizer adds to any text (a server's BOS), to set aside.
-    async fn prefix(&self) -> Result<Vec<u32>, String> {
-        Ok(self.encode("").await?.unwrap_or_default())
-    }
-
+/// Checks a rendered prompt with a provider's tokenizer.
+pub trait TokenCheck {
     /// Checks a rendered prompt: exact round trip, within budget, no
     /// unrendered variables, no special-token text in the case's input.
     /// Returns the check and the prompt's token count, when known.
-    pub async fn check(
+    fn check(
+        &self,
+        contract: &Contract,
+        context_window: u32,
+        input: &serde_json::Value,
+        rendered: &Rendered,
+    ) -> impl std::future::Future<Output = (Check, Option<u64>)> + Send;
+}
+
+impl TokenCheck for Tokenizer {
+    async fn check(
         &self,
         contract: &Contract,
         context_window: u32,
@@ -123,8 +65,12 @@ impl Tokenizer {
             }
         }
         let mut count = 0u64;
+        let prefix = match self.prefix().await {
+            Ok(prefix) => prefix,
+            Err(e) => return fail(format!("the tokenizer failed: {e}")),
+        };
         for part in [&rendered.system, &rendered.user] {
-            let tokens = match self.encode(part).await {
+            let body = match self.own_tokens(part, &prefix).await {
                 Ok(Some(tokens)) => tokens,
                 Ok(None) => {
                     return (
@@ -134,12 +80,7 @@ impl Tokenizer {
                 }
                 Err(e) => return fail(format!("the tokenizer failed: {e}")),
             };
-            let prefix = match self.prefix().await {
-                Ok(prefix) => prefix,
-                Err(e) => return fail(format!("the tokenizer failed: {e}")),
-            };
-            let body = tokens.strip_prefix(prefix.as_slice()).unwrap_or(&tokens);
-            match self.decode(body).await {
+            match self.decode(&body).await {
                 Ok(back) if back == *part => {}
                 Ok(back) => {
                     return fail(format!(
@@ -148,10 +89,10 @@ impl Tokenizer {
                 }
                 Err(e) => return fail(format!("the tokenizer could not decode: {e}")),
             }
-            count += body.len() as u64;
+            // Chat formatting adds a few tokens per message; counted against the budget.
+            count += body.len() as u64 + TOKENS_PER_MESSAGE;
         }
-        // Chat formatting adds a few tokens per message; count them against the budget.
-        let prompt = count + 8;
+        let prompt = count;
         let max_prompt = u64::from(contract.limits.max_prompt_tokens);
         if prompt > max_prompt {
             return (

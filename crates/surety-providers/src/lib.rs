@@ -16,6 +16,7 @@ mod http;
 pub mod kinds;
 pub mod openai;
 mod secret;
+pub mod tokenizer;
 mod tools;
 mod wire;
 
@@ -34,6 +35,7 @@ pub use config::{
 pub use failure::{FailureClass, FailureKind, Finish, ProviderError};
 pub use http::pooled_client;
 pub use secret::Secret;
+pub use tokenizer::Tokenizer;
 
 /// A boxed future, so that providers can sit behind `dyn Provider`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

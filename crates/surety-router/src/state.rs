@@ -243,6 +243,7 @@ impl AppState {
                     adapter: surety_providers::build_provider(p)?,
                     behaviour: surety_manifest::Behaviour::new(p.behaviour()),
                     config: p.clone(),
+                    tokenizer: tokio::sync::OnceCell::new(),
                 };
                 Ok((id.clone(), served))
             })

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use surety_contracts::Contract;
 use surety_exchange::pinning::UserTemplate;
 use surety_manifest::{Current, Eligibility};
-use surety_providers::{Provider, ProviderConfig};
+use surety_providers::{Provider, ProviderConfig, Tokenizer};
 use surety_store::Demotion;
 
 use crate::config::Route;
@@ -27,6 +27,25 @@ pub struct ServedProvider {
     pub adapter: Arc<dyn Provider>,
     pub config: ProviderConfig,
     pub behaviour: surety_manifest::Behaviour,
+    /// The tokenizer its configuration names, loaded on first use.
+    pub tokenizer: tokio::sync::OnceCell<Result<Tokenizer, String>>,
+}
+
+impl ServedProvider {
+    /// The tokenizer its certificates were judged by (see
+    /// [`Tokenizer::for_provider`]), loaded once, off the async threads.
+    pub async fn tokenizer(&self) -> Result<&Tokenizer, String> {
+        self.tokenizer
+            .get_or_init(|| async {
+                let (config, adapter) = (self.config.clone(), Arc::clone(&self.adapter));
+                tokio::task::spawn_blocking(move || Tokenizer::for_provider(&config, adapter))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("loading the tokenizer: {e}")))
+            })
+            .await
+            .as_ref()
+            .map_err(Clone::clone)
+    }
 }
 
 /// A contract as the router serves it, with what is computed from it once:

@@ -64,6 +64,7 @@ pub fn routes() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         ))
         .routes(routes!(super::facade::responses_api::stored::input_items))
         .routes(routes!(super::facade::messages_api::create_message))
+        .routes(routes!(super::facade::messages_api::count_tokens))
         .routes(routes!(super::facade::models))
         .routes(routes!(super::ops::providers))
         .routes(routes!(super::ops::reinstate))

@@ -9,7 +9,7 @@ mod intake;
 mod manage;
 mod wait;
 
-pub use intake::{CreatedJob, Intake, create_or_replay, route_and_contract};
+pub use intake::{CreatedJob, Demotions, Intake, certified, create_or_replay, route_and_contract};
 pub use manage::{cancel, job_messages, retry};
 pub use wait::wait_at_rest;
 

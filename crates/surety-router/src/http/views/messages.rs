@@ -46,6 +46,32 @@ pub struct MessagesRequestDoc {
     pub stream: Option<bool>,
 }
 
+/// `POST /v1/messages/count_tokens`, as far as surety reads it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CountTokensRequestDoc {
+    /// A route's id.
+    pub model: String,
+    /// The turns, as `POST /v1/messages` takes them.
+    #[schema(value_type = Vec<Object>)]
+    pub messages: Vec<Value>,
+    /// Text, or text blocks.
+    #[schema(value_type = Option<Object>)]
+    pub system: Option<Value>,
+    /// Counted as their definitions' JSON.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<Value>>,
+    /// Read, not counted.
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
+}
+
+/// The tokens of a request's prompt, by the tokenizer the route's
+/// provider is certified with.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MessageTokensCount {
+    pub input_tokens: u64,
+}
+
 /// A message: the job's answer, in Anthropic's shape.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct MessageObject {

@@ -25,11 +25,14 @@ use surety_store::{JobKind, OwnerId};
 
 pub use error::AnthropicError;
 
-use super::{intent_key, request_model, settled_job, stamp};
+use super::{OpenAiError, intent_key, request_model, settled_job, stamp};
 use crate::http::error::ApiError;
 use crate::http::extract::{Caller, JsonObject, authenticate_anthropic};
-use crate::http::views::{AnthropicErrorView, MessageEventDoc, MessageObject, MessagesRequestDoc};
-use crate::jobs::route_and_contract;
+use crate::http::views::{
+    AnthropicErrorView, CountTokensRequestDoc, MessageEventDoc, MessageObject, MessageTokensCount,
+    MessagesRequestDoc,
+};
+use crate::jobs::{Demotions, certified, route_and_contract};
 use crate::state::AppState;
 
 /// The header that names the API version a client speaks.
@@ -141,5 +144,83 @@ async fn message(
     .await?;
     let mut response = reply::answer(&job, &attempts, asked)?;
     stamp(&mut response, replayed, keyless, &job, route.facade);
+    Ok(response)
+}
+
+/// The header naming the tokenizer a count was made with.
+pub const SURETY_TOKENIZER: &str = "surety-tokenizer";
+
+/// The tokens of a prompt, counted by the tokenizer of the provider the
+/// route would send it to now (the one its certificate was judged by).
+#[utoipa::path(
+    post,
+    path = "/v1/messages/count_tokens",
+    tag = "anthropic",
+    params(
+        ("anthropic-version" = String, Header, nullable = false, description = "The API version the client speaks, a date (`2023-06-01`)", pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"),
+    ),
+    request_body(content = CountTokensRequestDoc, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The count; `surety-tokenizer` names the tokenizer and `surety-provider` the provider it is that of", body = MessageTokensCount),
+        (status = 400, description = "A bad request, a parameter surety does not count, or a provider with no tokenizer known (named in the message)", body = AnthropicErrorView),
+        (status = 401, description = "No or an unknown API key", body = AnthropicErrorView),
+        (status = 404, description = "No such route (`model`)", body = AnthropicErrorView),
+        (status = 413, description = "The body or the headers are too large", body = AnthropicErrorView),
+        (status = 429, description = "This owner's rate or concurrency limit (Retry-After says when)", body = AnthropicErrorView),
+        (status = 500, description = "The tokenizer failed", body = AnthropicErrorView),
+        (status = 529, description = "No provider is certified now (`overloaded_error`)", body = AnthropicErrorView),
+    )
+)]
+pub async fn count_tokens(
+    State(state): State<AppState>,
+    AnthropicCaller(_caller): AnthropicCaller,
+    body: Result<JsonObject<Value>, ApiError>,
+) -> Response {
+    match count(&state, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn count(
+    state: &AppState,
+    body: Result<JsonObject<Value>, ApiError>,
+) -> Result<Response, AnthropicError> {
+    let JsonObject(body) = body?;
+    let (_request, model) = request_model(&body)?;
+    let (route, served) = route_and_contract(state, model)?;
+    let texts = request::counted(&body)?;
+    let eligible = certified(state, &route, served, Demotions::Seen).await?;
+    let first = &eligible[0].id;
+    let provider = state
+        .inner
+        .providers
+        .get(first)
+        .ok_or_else(|| ApiError::internal("a route names a missing provider"))?;
+    let failed =
+        |e: String| ApiError::internal(format!("the tokenizer of provider `{first}` failed: {e}"));
+    let tokenizer = provider.tokenizer().await.map_err(failed)?;
+    let parts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let Some(input_tokens) = tokenizer.count(&parts).await.map_err(failed)? else {
+        return Err(OpenAiError::bad_request(
+            "invalid_request",
+            Some("model"),
+            format!(
+                "provider `{first}`, which route `{}` sends to now, names no tokenizer (`tokenizer` in its configuration): surety does not guess a count",
+                route.id
+            ),
+        )
+        .into());
+    };
+    let mut response = axum::Json(MessageTokensCount { input_tokens }).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (SURETY_TOKENIZER, tokenizer.describe()),
+        ("surety-provider", first.clone()),
+    ] {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
     Ok(response)
 }

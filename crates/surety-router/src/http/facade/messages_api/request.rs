@@ -337,6 +337,39 @@ pub(super) fn turns(body: &Value) -> Result<Vec<Message>, OpenAiError> {
     Ok(out)
 }
 
+/// The texts a `count_tokens` request's prompt is counted as: each turn's
+/// (an assistant's tool calls as their names and arguments) and each tool
+/// definition's JSON; any parameter it does not count is refused by name.
+pub(super) fn counted(body: &Value) -> Result<Vec<String>, OpenAiError> {
+    if let Some(other) = body.as_object().and_then(|o| {
+        o.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "model" | "messages" | "system" | "tools" | "tool_choice"
+            )
+        })
+    }) {
+        return Err(refuse(
+            other,
+            format!("`{other}` is not supported by surety's count_tokens"),
+        ));
+    }
+    let mut texts: Vec<String> = turns(body)?
+        .into_iter()
+        .map(|m| {
+            m.tool_calls.iter().fold(m.content, |text, call| {
+                format!("{text}{}{}", call.name, call.arguments)
+            })
+        })
+        .collect();
+    match &body["tools"] {
+        Value::Null => {}
+        Value::Array(tools) => texts.extend(tools.iter().map(Value::to_string)),
+        _ => return Err(refuse("tools", "`tools` must be a list")),
+    }
+    Ok(texts)
+}
+
 /// The text of a list of text blocks (`param` names the list).
 fn texts(blocks: &[Value], param: &str) -> Result<String, OpenAiError> {
     let mut text = String::new();
