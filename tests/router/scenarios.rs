@@ -758,6 +758,7 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
             "/v1/jobs/{id}/attempts/{n}/cancel",
             "/v1/jobs/{id}/retry",
             "/v1/messages",
+            "/v1/messages/count_tokens",
             "/v1/models",
             "/v1/providers",
             "/v1/providers/{provider}/contracts/{contract}/reinstate",

@@ -48,7 +48,7 @@ pub fn workspace_routed(
         .iter()
         .map(|(id, fake)| {
             format!(
-                "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\n",
+                "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\ntokenizer = \"tiktoken:o200k_base\"\n",
                 fake.openai_base_url()
             )
         })

@@ -17,6 +17,7 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
     let mut chats = Vec::new();
     let mut responses = Vec::new();
     let mut anthropic = Vec::new();
+    let mut counted = Vec::new();
     for route in state.inner.routes.values() {
         let Some(served) = state.inner.contracts.get(&route.contract) else {
             continue;
@@ -108,6 +109,28 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
                           "properties": {"role": {"enum": ["user"]}, "content": {"type": "string", "minLength": 1}}},
             }),
         };
+        // A count needs a tokenizer: routes whose first provider names one.
+        let tokenized = route
+            .providers
+            .first()
+            .and_then(|p| state.inner.providers.get(p))
+            .is_some_and(|p| p.config.tokenizer != surety_providers::TokenizerConfig::None);
+        if tokenized {
+            counted.push(json!({
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["model", "messages"],
+                "properties": {
+                    "model": {"type": "string", "enum": [route.id]},
+                    "system": {"type": "string"},
+                    "messages": {
+                        "type": "array", "minItems": 1,
+                        "items": {"type": "object", "additionalProperties": false, "required": ["role", "content"],
+                                  "properties": {"role": {"enum": ["user"]}, "content": {"type": "string"}}},
+                    },
+                },
+            }));
+        }
         let mut turns = vec!["model", "max_tokens", "messages"];
         if route.facade == Facade::Pinned {
             turns.push("system");
@@ -191,6 +214,13 @@ pub fn for_routes(doc: utoipa::openapi::OpenApi, state: &AppState) -> Value {
     }
     if let Some(schema) = doc.pointer_mut(&body("~1v1~1messages")) {
         *schema = json!({"oneOf": anthropic});
+    }
+    // With none, the general shape stands (and every count is a 400 naming why).
+    if let (Some(schema), false) = (
+        doc.pointer_mut(&body("~1v1~1messages~1count_tokens")),
+        counted.is_empty(),
+    ) {
+        *schema = json!({"oneOf": counted});
     }
     // The facade takes a request without a key only when the operator allows one-off jobs.
     let keyless = state.inner.settings.allow_keyless_chat;
