@@ -76,6 +76,8 @@ mod anthropic_messages {
     surety_tests::both_engines!(messages:
         the_anthropic_sdk_gets_its_message_once,
         the_anthropic_sdk_gets_a_certified_tool_use_once,
+        a_message_whose_anthropic_primary_fails_is_answered_by_a_certified_openai_kind,
+        an_agent_loops_three_turns_reach_the_serving_kind_in_its_own_words,
     );
 }
 

@@ -4,13 +4,15 @@
 //! the SDK's typed errors, and a certified tool use.
 
 use serde_json::{Value, json};
-use surety_fake_provider::FakeProvider;
+use surety_fake_provider::{FakeProvider, Script};
 use surety_tests::TestDb;
 
 use surety_harness::tokenizer::{TokenCheck, Tokenizer};
 use surety_providers::ProvidersConfig;
 
-use crate::harness::{ACME, GLOBEX, Router, contract, language_script, manifest_of, provider_toml};
+use crate::harness::{
+    ACME, GLOBEX, Router, contract, language_script, manifest_of, provider_toml, providers_tried,
+};
 use crate::sdk::{run_client, sdk_python};
 
 const CLIENT: &str = r#"
@@ -383,4 +385,196 @@ pub async fn the_anthropic_sdk_gets_a_certified_tool_use_once(db: &TestDb) {
     let other = seen["other_tool"].as_str().unwrap();
     assert!(other.starts_with("tools[0]: "), "{other}");
     assert_eq!(fake.calls(), 2, "one provider call per intent: {seen}");
+}
+
+/// `POST /v1/messages` as Anthropic's SDKs send it: `x-api-key`,
+/// `anthropic-version`, the key, and `extra` headers.
+async fn message(
+    router: &Router,
+    key: &str,
+    body: &Value,
+    extra: &[(&str, &str)],
+) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/v1/messages", router.base))
+        .header("x-api-key", ACME)
+        .header("anthropic-version", "2023-06-01")
+        .header("Idempotency-Key", key)
+        .json(body);
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    (status, headers, response.json().await.unwrap())
+}
+
+/// The certified tools, as Anthropic's `tools`.
+fn anthropic_tools() -> Value {
+    crate::tools::openai_tools()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let f = &t["function"];
+            json!({"name": f["name"], "description": f["description"], "input_schema": f["parameters"]})
+        })
+        .collect()
+}
+
+pub async fn a_message_whose_anthropic_primary_fails_is_answered_by_a_certified_openai_kind(
+    db: &TestDb,
+) {
+    let claude = FakeProvider::start(Script::always(crate::tools::down()))
+        .await
+        .unwrap();
+    let gpt = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    let router = crate::tools::support_router(
+        db,
+        &[("claude", "anthropic", &claude), ("gpt", "openai", &gpt)],
+    )
+    .await;
+    let prompt = crate::tools::case_messages("damaged-teapot");
+    let body = json!({
+        "model": "support",
+        "max_tokens": contract("support-action").limits.max_output_tokens,
+        "system": prompt[0]["content"],
+        "messages": [{"role": "user", "content": prompt[1]["content"]}],
+        "tools": anthropic_tools(),
+        "tool_choice": {"type": "any"},
+    });
+    let (status, _, answer) = message(&router, "teapot-across-kinds", &body, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    // In Anthropic's shape, whoever answered.
+    assert_eq!(answer["type"], "message", "{answer}");
+    assert_eq!(answer["stop_reason"], "tool_use", "{answer}");
+    let used = &answer["content"][0];
+    assert_eq!(used["type"], "tool_use", "{answer}");
+    assert_eq!(used["name"], "refund", "{answer}");
+    assert_eq!(used["input"], crate::tools::teapot_refund(), "{answer}");
+    assert_eq!(answer["content"].as_array().unwrap().len(), 1, "{answer}");
+    let id = job_of(answer["id"].as_str().unwrap());
+    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(providers_tried(&job), ["claude", "gpt"], "{job}");
+    assert_eq!(job["attempts"][0]["state"], "failed", "{job}");
+    assert_eq!(job["kind"], "messages", "{job}");
+    // Each kind was asked for the certified call in its own words.
+    let asked = claude.requests()[0].body.clone();
+    assert_eq!(asked["tools"][0]["name"], "refund", "{asked}");
+    assert_eq!(asked["tool_choice"]["type"], "any", "{asked}");
+    let asked = gpt.requests()[0].body.clone();
+    assert_eq!(asked["tools"][0]["function"]["name"], "refund", "{asked}");
+    assert_eq!(asked["tool_choice"], "required", "{asked}");
+    // Replayed: the same message, nobody called again.
+    let calls = (claude.calls(), gpt.calls());
+    let (status, headers, again) = message(&router, "teapot-across-kinds", &body, &[]).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(again, answer);
+    assert_eq!((claude.calls(), gpt.calls()), calls);
+}
+
+pub async fn an_agent_loops_three_turns_reach_the_serving_kind_in_its_own_words(db: &TestDb) {
+    let claude = FakeProvider::start(Script::always(crate::tools::down()))
+        .await
+        .unwrap();
+    let gpt = FakeProvider::start(language_script()).await.unwrap();
+    let routes = "[routes.agent]\ncontract = \"language-detect\"\nproviders = [\"claude\", \"gpt\"]\nfacade = \"output-only\"\n";
+    let router = crate::tools::certified_router(
+        db,
+        &[("claude", "anthropic", &claude), ("gpt", "openai", &gpt)],
+        "language-detect",
+        routes,
+    )
+    .await;
+    let system = "You detect the language of customer messages. Answer with JSON.";
+    let ask = "Which language is the message of customer 7 in?";
+    let looked_up =
+        json!({"type": "tool_use", "id": "toolu_1", "name": "lookup_customer", "input": {"id": 7}});
+    let result = json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "{\"message\": \"Hello, where is my parcel?\"}"}]});
+    let then = "And customer 8?";
+    let looked_up_8 =
+        json!({"type": "tool_use", "id": "toolu_2", "name": "lookup_customer", "input": {"id": 8}});
+    let result_8 = json!({"type": "tool_result", "tool_use_id": "toolu_2", "content": "{\"message\": \"Hallo, wo ist mein Paket?\"}"});
+    // Each turn's history, as the SDK sends it back, and as OpenAI's kind
+    // must be sent it.
+    let mut history = vec![json!({"role": "user", "content": ask})];
+    let mut expected = vec![
+        json!({"role": "system", "content": system}),
+        json!({"role": "user", "content": ask}),
+    ];
+    for turn in 0..3 {
+        match turn {
+            0 => {}
+            1 => {
+                history.push(json!({"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "I should look the customer up.", "signature": "c2ln"},
+                    looked_up,
+                ]}));
+                history.push(json!({"role": "user", "content": [result]}));
+                expected.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "toolu_1", "type": "function", "function": {"name": "lookup_customer", "arguments": "{\"id\":7}"}},
+                ]}));
+                expected.push(json!({"role": "tool", "tool_call_id": "toolu_1", "content": "{\"message\": \"Hello, where is my parcel?\"}"}));
+            }
+            _ => {
+                history.push(json!({"role": "assistant", "content": [
+                    {"type": "text", "text": "{\"language\":\"english\"}"},
+                ]}));
+                history.push(json!({"role": "user", "content": then}));
+                history.push(json!({"role": "assistant", "content": [looked_up_8]}));
+                history.push(json!({"role": "user", "content": [result_8]}));
+                expected
+                    .push(json!({"role": "assistant", "content": "{\"language\":\"english\"}"}));
+                expected.push(json!({"role": "user", "content": then}));
+                expected.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "toolu_2", "type": "function", "function": {"name": "lookup_customer", "arguments": "{\"id\":8}"}},
+                ]}));
+                expected.push(json!({"role": "tool", "tool_call_id": "toolu_2", "content": "{\"message\": \"Hallo, wo ist mein Paket?\"}"}));
+            }
+        }
+        let body = json!({"model": "agent", "max_tokens": contract("language-detect").limits.max_output_tokens,
+            "system": system, "messages": history});
+        let (status, _, answer) = message(&router, &format!("agent-turn-{turn}"), &body, &[]).await;
+        assert_eq!(status, 200, "turn {turn}: {answer}");
+        // Still checked against the contract, answered in Anthropic's shape.
+        assert_eq!(answer["stop_reason"], "end_turn", "turn {turn}: {answer}");
+        let text: Value =
+            serde_json::from_str(answer["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert!(text["language"].is_string(), "turn {turn}: {answer}");
+        // The serving kind got this turn's whole history in its own words.
+        let sent = gpt.requests().last().unwrap().body.clone();
+        assert_eq!(
+            sent["messages"],
+            Value::Array(expected.clone()),
+            "turn {turn}: {sent}"
+        );
+        // The primary got it in Anthropic's, the turns unchanged but the
+        // earlier turn's thinking, which is not context.
+        let sent = claude.requests().last().unwrap().body.clone();
+        assert_eq!(sent["system"], system, "turn {turn}: {sent}");
+        let turns = sent["messages"].as_array().unwrap();
+        assert_eq!(turns[0]["content"], ask, "turn {turn}: {sent}");
+        if turn >= 1 {
+            assert_eq!(
+                turns[1]["content"],
+                json!([looked_up]),
+                "turn {turn}: {sent}"
+            );
+            assert_eq!(
+                turns[2]["content"][0]["tool_use_id"], "toolu_1",
+                "turn {turn}: {sent}"
+            );
+        }
+        if turn == 2 {
+            assert_eq!(
+                turns.last().unwrap()["content"][0]["tool_use_id"],
+                "toolu_2",
+                "{sent}"
+            );
+        }
+    }
+    assert_eq!(gpt.calls(), 3, "one call per turn");
 }

@@ -126,7 +126,8 @@ pub async fn run_teapot_client(python: &str, script: &str, base: &str) -> Value 
     crate::sdk::run_client(python, script, &env).await
 }
 
-fn down() -> Behavior {
+/// A provider that is down: every call a 500.
+pub fn down() -> Behavior {
     Behavior::Status {
         status: 500,
         body: json!({"error": {"message": "the primary is down"}}),
