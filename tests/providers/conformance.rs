@@ -55,6 +55,8 @@ fn text_request() -> ChatRequest {
         max_tokens: 16,
         seed: None,
         output: OutputFormat::Text,
+        cache: Default::default(),
+        anthropic_beta: None,
     }
 }
 
@@ -268,6 +270,8 @@ fn tool_request() -> ChatRequest {
             pick: ToolPick::Any,
             parallel: false,
         }),
+        cache: Default::default(),
+        anthropic_beta: None,
     }
 }
 

@@ -74,6 +74,8 @@ fn detect(text: &str) -> ChatRequest {
             name: "language".into(),
             schema: language_schema(),
         },
+        cache: Default::default(),
+        anthropic_beta: None,
     }
 }
 

@@ -114,6 +114,8 @@ pub fn json_request() -> ChatRequest {
             name: "ticket".into(),
             schema: ticket_schema(),
         },
+        cache: Default::default(),
+        anthropic_beta: None,
     }
 }
 

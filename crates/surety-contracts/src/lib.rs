@@ -161,6 +161,39 @@ struct RawContract {
 struct RawPrompt {
     system: String,
     user: String,
+    /// What a provider that takes cache breakpoints caches:
+    /// `["system"]`, `["tools"]` (a tool-call contract's), or both.
+    #[serde(default)]
+    cache: Vec<Cached>,
+}
+
+/// A part of the prompt a contract marks cacheable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Cached {
+    System,
+    Tools,
+}
+
+/// What of its prompt a contract marks cacheable (`[prompt] cache`): a
+/// provider that takes cache breakpoints (Anthropic's `cache_control`) is
+/// sent one there, as part of the request certification sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cache {
+    /// The rendered system prompt.
+    pub system: bool,
+    /// The tools' definitions.
+    pub tools: bool,
+}
+
+impl Cache {
+    /// The marking, as `[prompt] cache` writes it (`system`, `tools`).
+    pub fn names(&self) -> Vec<&'static str> {
+        [(self.system, "system"), (self.tools, "tools")]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect()
+    }
 }
 
 /// What shape a contract's answer has.
@@ -229,6 +262,8 @@ pub struct Contract {
     pub live: Live,
     /// A tool-call contract's tools; `None` for a JSON answer.
     pub tool_calls: Option<ToolCalls>,
+    /// What of the prompt is marked cacheable.
+    pub cache: Cache,
     /// `sha256:<hex>` over the contract's files.
     pub digest: String,
 }
@@ -326,6 +361,22 @@ impl Contract {
         }
         raw.live.validate().map_err(|m| invalid(&manifest, m))?;
         let tool_calls = tool_calls(dir, &manifest, &raw.output)?;
+        let mut cache = Cache::default();
+        for cached in &raw.prompt.cache {
+            let mark = match cached {
+                Cached::System => &mut cache.system,
+                Cached::Tools => &mut cache.tools,
+            };
+            if std::mem::replace(mark, true) {
+                return Err(invalid(&manifest, "`prompt.cache` names a part twice"));
+            }
+        }
+        if cache.tools && tool_calls.is_none() {
+            return Err(invalid(
+                &manifest,
+                "`prompt.cache`: `tools` is a tool-call contract's (`output.kind = \"tool_call\"`)",
+            ));
+        }
         let cases_path = dir.join("cases.toml");
         let cases: RawCases = toml::from_str(&read(&cases_path)?)
             .map_err(|e| invalid(&cases_path, e.to_string().trim_end().to_owned()))?;
@@ -369,6 +420,7 @@ impl Contract {
             golden_redact: raw.golden.redact,
             live: raw.live,
             tool_calls,
+            cache,
             digest: digest_dir(dir)?,
             dir: dir.to_path_buf(),
         };

@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 use surety_contracts::ToolChoice;
 use surety_contracts::{Contract, RenderError, Rendered, Violation};
 use surety_providers::{
-    Capabilities, ChatRequest, ChatResponse, Message, OutputFormat, ToolPick, ToolRequest, ToolSpec,
+    Capabilities, ChatRequest, ChatResponse, Message, OutputFormat, PromptCache, ToolPick,
+    ToolRequest, ToolSpec,
 };
 
 /// The messages of a rendered prompt: the system prompt, then the user's.
@@ -69,6 +70,11 @@ pub fn request(
         max_tokens: contract.limits.max_output_tokens,
         seed: contract.sampling.seed.filter(|_| capabilities.seed),
         output,
+        cache: PromptCache {
+            system: contract.cache.system,
+            tools: contract.cache.tools,
+        },
+        anthropic_beta: None,
     }
 }
 
@@ -181,8 +187,9 @@ pub fn text_digest(text: &str) -> String {
 }
 
 /// The digest of the exact prompts certification sends: every case's
-/// rendered system and user messages, in case order, and a tool-call
-/// contract's tool definitions (they are part of the prompt). The router
+/// rendered system and user messages, in case order, a tool-call
+/// contract's tool definitions (they are part of the prompt), and what of
+/// it is marked cacheable (a breakpoint is part of the request). The router
 /// computes it again from the contract it serves, so a change in rendering
 /// (a template engine upgrade, say) or an edited tool lapses the
 /// certificate as an edited template does.
@@ -190,6 +197,9 @@ pub fn prompt_digest(contract: &Contract) -> Result<String, RenderError> {
     let mut hash = Sha256::new();
     if let Some(tools) = &contract.tool_calls {
         hash.update(format!("tools\0{}\0", tools.definitions()).as_bytes());
+    }
+    for part in contract.cache.names() {
+        hash.update(format!("cache\0{part}\0").as_bytes());
     }
     for case in &contract.cases {
         let rendered = contract.render(&case.input)?;

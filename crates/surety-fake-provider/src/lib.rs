@@ -225,6 +225,10 @@ pub struct Recorded {
     pub body: Value,
     /// The body's bytes, exactly as they came.
     pub raw: String,
+    /// The request's headers, but its credentials (`authorization`,
+    /// `x-api-key`, `x-goog-api-key`), by name (a repeated one joined by
+    /// `, `).
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default)]
@@ -233,6 +237,8 @@ struct Log {
     by_key: HashMap<String, u64>,
     by_rule: HashMap<usize, u64>,
     requests: Vec<Recorded>,
+    /// The prompt prefixes an Anthropic request marked for caching.
+    cached: std::collections::HashSet<String>,
     /// The first answer given per Idempotency-Key (for `replay_by_key`).
     answered: HashMap<String, Bytes>,
 }
@@ -450,6 +456,7 @@ fn plan(
             idempotency_key: key.clone(),
             body: body.clone(),
             raw: String::from_utf8_lossy(raw).into_owned(),
+            headers: uncredentialed(headers),
         });
     }
     let replay = match (&key, script.replay_by_key) {
@@ -488,11 +495,75 @@ fn plan(
 }
 
 /// Every message's text, for matching rules, in any of the wire formats.
+/// `headers` by name, but credentials.
+fn uncredentialed(headers: &HeaderMap) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::<String, String>::new();
+    for (name, value) in headers {
+        if matches!(
+            name.as_str(),
+            "authorization" | "x-api-key" | "x-goog-api-key"
+        ) {
+            continue;
+        }
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        out.entry(name.as_str().to_owned())
+            .and_modify(|v| {
+                v.push_str(", ");
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    out
+}
+
+/// The prefix of an Anthropic request up to its last cache breakpoint
+/// (`cache_control` on a tool, a system block or a message's block), as
+/// the words a cache would keep; none without a breakpoint. Anthropic's
+/// order: tools, then system, then messages.
+fn cached_prefix(body: &Value) -> Option<String> {
+    let mut seen = String::new();
+    let mut prefix = None;
+    let mut visit = |block: &Value, text: String| {
+        seen.push_str(&text);
+        seen.push('\n');
+        if block.get("cache_control").is_some_and(|c| !c.is_null()) {
+            prefix = Some(seen.clone());
+        }
+    };
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        visit(tool, tool.to_string());
+    }
+    for block in body["system"].as_array().into_iter().flatten() {
+        visit(block, block["text"].as_str().unwrap_or_default().to_owned());
+    }
+    for message in body["messages"].as_array().into_iter().flatten() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            let text = match &block["content"] {
+                Value::String(t) => t.clone(),
+                _ => block["text"]
+                    .as_str()
+                    .map_or_else(|| block.to_string(), str::to_owned),
+            };
+            visit(block, text);
+        }
+    }
+    prefix
+}
+
 fn prompt_text(body: &Value) -> String {
     let mut text = String::new();
-    if let Some(system) = body["system"].as_str() {
-        text.push_str(system);
-        text.push('\n');
+    match &body["system"] {
+        Value::String(system) => {
+            text.push_str(system);
+            text.push('\n');
+        }
+        Value::Array(blocks) => {
+            for block in blocks {
+                text.push_str(block["text"].as_str().unwrap_or_default());
+            }
+            text.push('\n');
+        }
+        _ => {}
     }
     let parts = |content: &Value| -> String {
         content["parts"]
@@ -841,10 +912,27 @@ async fn anthropic_messages(
     let Some((body, plan)) = receive(&shared, WireFormat::Anthropic, &headers, &body) else {
         return bad_request("the request body is not JSON");
     };
+    // A prompt cache as Anthropic keeps one: the prefix up to the last
+    // breakpoint is written on its first request and read on the next.
+    let prompt_tokens = word_count(&prompt_text(&body));
+    let cache = cached_prefix(&body).map_or(CacheUse::default(), |prefix| {
+        let tokens = word_count(&prefix).min(prompt_tokens);
+        match lock(&shared.log).cached.insert(prefix) {
+            true => CacheUse {
+                read: 0,
+                written: tokens,
+            },
+            false => CacheUse {
+                read: tokens,
+                written: 0,
+            },
+        }
+    });
     let answers = AnthropicAnswer {
         call: plan.call,
         model: plan.model.clone(),
-        prompt_tokens: word_count(&prompt_text(&body)),
+        prompt_tokens,
+        cache,
         offers_tools: offers_tools(&body),
         forced_tool: body["tool_choice"]["name"].as_str().map(str::to_owned),
         prefilled: body["messages"]
@@ -857,11 +945,19 @@ async fn anthropic_messages(
     answer(&shared, plan, &headers, &answers).await
 }
 
+/// What a request's prompt read from the fake's cache and wrote to it.
+#[derive(Debug, Clone, Copy, Default)]
+struct CacheUse {
+    read: u64,
+    written: u64,
+}
+
 /// A Messages response.
 struct AnthropicAnswer {
     call: u64,
     model: String,
     prompt_tokens: u64,
+    cache: CacheUse,
     offers_tools: bool,
     forced_tool: Option<String>,
     prefilled: Option<String>,
@@ -877,7 +973,12 @@ impl AnthropicAnswer {
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": null,
-            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": word_count(text)},
+            "usage": {
+                "input_tokens": self.prompt_tokens - self.cache.read - self.cache.written,
+                "output_tokens": word_count(text),
+                "cache_creation_input_tokens": self.cache.written,
+                "cache_read_input_tokens": self.cache.read,
+            },
         })
     }
 }

@@ -16,7 +16,7 @@ use crate::secret::Secret;
 use crate::tools::{Arguments, Made};
 use crate::wire::Wire;
 use crate::{
-    CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
+    CallContext, ChatRequest, ChatResponse, Message, OutputFormat, Provider, ProviderError, Role,
     StructuredMode, ToolPick, Usage,
 };
 
@@ -59,7 +59,11 @@ impl Wire for AnthropicProvider {
         &self.chat_url
     }
 
-    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
+    fn headers(
+        &self,
+        request: &ChatRequest,
+        call: &CallContext,
+    ) -> Result<HeaderMap, ProviderError> {
         let idempotency = self
             .config
             .capabilities
@@ -73,16 +77,25 @@ impl Wire for AnthropicProvider {
             "anthropic-version",
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
+        // A client's betas, as it sent them (an output-only route's).
+        if let Some(beta) = &request.anthropic_beta {
+            let value = HeaderValue::from_str(beta).map_err(|_| {
+                ProviderError::not_sent(
+                    &self.config.id,
+                    "the client's anthropic-beta is not a header value",
+                )
+            })?;
+            headers.insert("anthropic-beta", value);
+        }
         Ok(headers)
     }
 
     /// The request body this adapter sends for `request`.
     fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError> {
-        let system: Vec<&str> = request
+        let system: Vec<&Message> = request
             .messages
             .iter()
             .filter(|m| m.role == Role::System)
-            .map(|m| m.content.as_str())
             .collect();
         let mut messages: Vec<Value> = Vec::new();
         for m in request.messages.iter().filter(|m| m.role != Role::System) {
@@ -96,12 +109,16 @@ impl Wire for AnthropicProvider {
                     for call in &m.tool_calls {
                         blocks.push(json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments_json() }));
                     }
+                    breakpoint(&mut blocks, m.cache_control.as_ref());
                     messages.push(json!({ "role": "assistant", "content": blocks }));
                 }
                 Role::Tool => {
                     // A tool's result is a `tool_result` block of the user's
                     // turn; results in a row share one turn.
-                    let block = json!({ "type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content });
+                    let mut block = json!({ "type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content });
+                    if let Some(control) = &m.cache_control {
+                        block["cache_control"] = control.clone();
+                    }
                     let joins = messages.last().is_some_and(|last| {
                         last["role"] == "user" && last["content"][0]["type"] == "tool_result"
                     });
@@ -115,10 +132,10 @@ impl Wire for AnthropicProvider {
                     }
                 }
                 Role::Assistant => {
-                    messages.push(json!({ "role": "assistant", "content": m.content }))
+                    messages.push(json!({ "role": "assistant", "content": text(m) }))
                 }
                 Role::User | Role::System => {
-                    messages.push(json!({ "role": "user", "content": m.content }))
+                    messages.push(json!({ "role": "user", "content": text(m) }))
                 }
             }
         }
@@ -128,7 +145,19 @@ impl Wire for AnthropicProvider {
             "temperature": request.temperature,
         });
         if !system.is_empty() {
-            body["system"] = json!(system.join("\n\n"));
+            let text: Vec<&str> = system.iter().map(|m| m.content.as_str()).collect();
+            let text = text.join("\n\n");
+            // The contract's marking, else the client's breakpoint.
+            let control = match request.cache.system {
+                true => Some(ephemeral()),
+                false => system.iter().rev().find_map(|m| m.cache_control.clone()),
+            };
+            body["system"] = match control {
+                Some(control) => {
+                    json!([{ "type": "text", "text": text, "cache_control": control }])
+                }
+                None => json!(text),
+            };
         }
         if let OutputFormat::Tools(asked) = &request.output {
             let tools: Vec<Value> = asked
@@ -143,6 +172,9 @@ impl Wire for AnthropicProvider {
                 })
                 .collect();
             body["tools"] = json!(tools);
+            if let (true, Some(tools)) = (request.cache.tools, body["tools"].as_array_mut()) {
+                breakpoint(tools, Some(&ephemeral()));
+            }
             let mut choice = match &asked.pick {
                 ToolPick::Any => json!({ "type": "any" }),
                 ToolPick::Named(name) => json!({ "type": "tool", "name": name }),
@@ -258,9 +290,15 @@ impl Wire for AnthropicProvider {
             json,
             model: wire.model,
             finish_reason: stop_reason,
+            // Anthropic's `input_tokens` leaves out what the cache read and
+            // wrote; surety's prompt tokens are all of them.
             usage: Usage {
-                prompt_tokens: wire.usage.input_tokens,
+                prompt_tokens: wire.usage.input_tokens
+                    + wire.usage.cache_read_input_tokens
+                    + wire.usage.cache_creation_input_tokens,
                 completion_tokens: wire.usage.output_tokens,
+                cache_read_tokens: wire.usage.cache_read_input_tokens,
+                cache_write_tokens: wire.usage.cache_creation_input_tokens,
             },
             latency,
         })
@@ -297,4 +335,29 @@ enum Block {
 struct WireUsage {
     input_tokens: u64,
     output_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: u64,
+    #[serde(default)]
+    cache_creation_input_tokens: u64,
+}
+
+/// The cache breakpoint a contract's marking sends.
+fn ephemeral() -> Value {
+    json!({ "type": "ephemeral" })
+}
+
+/// A turn's text: a string, or (with the client's breakpoint) one text
+/// block carrying it.
+fn text(m: &Message) -> Value {
+    match &m.cache_control {
+        Some(control) => json!([{ "type": "text", "text": m.content, "cache_control": control }]),
+        None => json!(m.content),
+    }
+}
+
+/// `control` on the last of `blocks`, when there is one.
+fn breakpoint(blocks: &mut [Value], control: Option<&Value>) {
+    if let (Some(last), Some(control)) = (blocks.last_mut(), control) {
+        last["cache_control"] = control.clone();
+    }
 }

@@ -42,6 +42,16 @@ pub enum ProviderKind {
     Gemini,
 }
 
+impl ProviderKind {
+    /// Whether this kind takes a client's cache breakpoints
+    /// (`cache_control`) and `anthropic-beta` as the client sent them:
+    /// Anthropic's own. OpenAI's and Gemini's cache a prompt's prefix
+    /// themselves, with nothing to mark.
+    pub fn takes_client_caching(self) -> bool {
+        self == ProviderKind::Anthropic
+    }
+}
+
 /// How prompts are counted in tokens for this provider.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub enum TokenizerConfig {

@@ -86,7 +86,11 @@ impl Wire for GeminiProvider {
         &self.chat_url
     }
 
-    fn headers(&self, _call: &CallContext) -> Result<HeaderMap, ProviderError> {
+    fn headers(
+        &self,
+        _request: &ChatRequest,
+        _call: &CallContext,
+    ) -> Result<HeaderMap, ProviderError> {
         self.http
             .headers(HeaderName::from_static("x-goog-api-key"), "", None)
     }
@@ -276,6 +280,9 @@ impl Wire for GeminiProvider {
             usage: Usage {
                 prompt_tokens: usage.prompt_token_count,
                 completion_tokens: usage.candidates_token_count,
+                // Gemini's implicit cache: counted within the prompt's.
+                cache_read_tokens: usage.cached_content_token_count,
+                cache_write_tokens: 0,
             },
             latency,
         })
@@ -376,4 +383,6 @@ struct WireUsage {
     prompt_token_count: u64,
     #[serde(default)]
     candidates_token_count: u64,
+    #[serde(default)]
+    cached_content_token_count: u64,
 }

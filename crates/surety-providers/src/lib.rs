@@ -118,6 +118,12 @@ pub struct Message {
     /// A tool turn: the id of the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// A client's cache breakpoint at the end of this turn (Anthropic's
+    /// `cache_control`, as the client sent it), passed through an
+    /// output-only route to the kinds that take one and left out for the
+    /// others ([`ProviderKind::takes_client_caching`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<Value>,
 }
 
 /// A tool call of an earlier assistant turn.
@@ -153,6 +159,15 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            cache_control: None,
+        }
+    }
+
+    /// This turn, with the client's cache breakpoint at its end.
+    pub fn cached(self, cache_control: Option<Value>) -> Message {
+        Message {
+            cache_control,
+            ..self
         }
     }
 
@@ -222,6 +237,17 @@ pub struct ToolRequest {
     pub parallel: bool,
 }
 
+/// What of a prompt its contract marks cacheable: where a kind that
+/// takes cache breakpoints (Anthropic's `cache_control`) is sent one. The
+/// marking is part of the certified request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PromptCache {
+    /// The system prompt (and, by the prefix, the tools before it).
+    pub system: bool,
+    /// The tools' definitions.
+    pub tools: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
@@ -229,6 +255,24 @@ pub struct ChatRequest {
     pub max_tokens: u32,
     pub seed: Option<u64>,
     pub output: OutputFormat,
+    /// The contract's cache marking.
+    pub cache: PromptCache,
+    /// A client's `anthropic-beta` header on an output-only route: sent to
+    /// the kinds that take client caching, left out for the others.
+    pub anthropic_beta: Option<String>,
+}
+
+/// What of a client's `messages` (and its `anthropic-beta`, when `beta`) a
+/// provider of `kind` is not sent.
+pub fn not_sent(messages: &[Message], beta: bool, kind: ProviderKind) -> Vec<&'static str> {
+    if kind.takes_client_caching() {
+        return Vec::new();
+    }
+    let cached = messages.iter().any(|m| m.cache_control.is_some());
+    [(cached, "cache_control"), (beta, "anthropic-beta")]
+        .into_iter()
+        .filter_map(|(left_out, what)| left_out.then_some(what))
+        .collect()
 }
 
 /// Per call: what ties it to surety's attempt.
@@ -250,8 +294,15 @@ impl CallContext {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
+    /// Every prompt token, cached or not (OpenAI's sense).
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of the prompt, the tokens read from the provider's cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Of the prompt, the tokens written to the provider's cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -63,7 +63,11 @@ impl Wire for OpenAiProvider {
         &self.chat_url
     }
 
-    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError> {
+    fn headers(
+        &self,
+        _request: &ChatRequest,
+        call: &CallContext,
+    ) -> Result<HeaderMap, ProviderError> {
         OpenAiProvider::headers(self, Some(call))
     }
 
@@ -230,6 +234,10 @@ impl Wire for OpenAiProvider {
                 .map(|u| Usage {
                     prompt_tokens: u.prompt_tokens,
                     completion_tokens: u.completion_tokens,
+                    // OpenAI caches a prompt's prefix itself, and counts
+                    // what it read within `prompt_tokens`.
+                    cache_read_tokens: u.prompt_tokens_details.map_or(0, |d| d.cached_tokens),
+                    cache_write_tokens: 0,
                 })
                 .unwrap_or_default(),
             latency,
@@ -374,6 +382,14 @@ struct WireFunction {
 struct WireUsage {
     prompt_tokens: u64,
     completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: u64,
 }
 
 #[derive(Deserialize)]

@@ -25,7 +25,11 @@ pub(crate) trait Wire: Sync {
     fn parts(&self) -> (&ProviderConfig, &HttpClient);
     /// Where a chat call goes (parsed once, when the adapter was made).
     fn url(&self) -> &reqwest::Url;
-    fn headers(&self, call: &CallContext) -> Result<HeaderMap, ProviderError>;
+    fn headers(
+        &self,
+        request: &ChatRequest,
+        call: &CallContext,
+    ) -> Result<HeaderMap, ProviderError>;
     fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError>;
     /// The answer to `request`, read; `latency` is the call's.
     fn read(
@@ -46,7 +50,7 @@ pub(crate) async fn chat<W: Wire>(
     config.capabilities.check(&config.id, request)?;
     let body = wire.request_body(request)?;
     let answer = http
-        .post_json::<W::Answer>(wire.url(), wire.headers(call)?, &body, W::ANSWER)
+        .post_json::<W::Answer>(wire.url(), wire.headers(request, call)?, &body, W::ANSWER)
         .await?;
     wire.read(request, answer.body, answer.latency)
 }

@@ -27,6 +27,10 @@ pub struct Metrics {
     pub attempts: IntCounterVec,
     pub model_drift: IntCounterVec,
     pub tokens: IntCounterVec,
+    /// Of those prompt tokens, the ones the provider read from its cache
+    /// and wrote to it, by provider.
+    pub cache_read_tokens: IntCounterVec,
+    pub cache_write_tokens: IntCounterVec,
     pub lost_races: IntCounter,
     pub late_results_discarded: IntCounter,
     pub results_held: IntGauge,
@@ -70,6 +74,16 @@ impl Metrics {
             "Tokens of every answered provider call, as the provider counted them, by provider and kind (prompt, completion)",
             &["provider", "kind"],
         )?;
+        let cache_read_tokens = counters(
+            "surety_cache_read_tokens_total",
+            "Prompt tokens of answered provider calls that the provider read from its prompt cache, by provider",
+            &["provider"],
+        )?;
+        let cache_write_tokens = counters(
+            "surety_cache_write_tokens_total",
+            "Prompt tokens of answered provider calls that the provider wrote to its prompt cache, by provider",
+            &["provider"],
+        )?;
         let live_checks = counters(
             "surety_live_checks_total",
             "The router's own checks (shadow calls and scheduled re-checks) by provider, contract, source and outcome (kept, broke, disagreed, failed)",
@@ -105,6 +119,8 @@ impl Metrics {
         )?;
         registry.register(Box::new(provider_latency.clone()))?;
         Ok(Metrics {
+            cache_read_tokens,
+            cache_write_tokens,
             live_checks,
             live_tokens,
             live_budget_exhausted,

@@ -24,7 +24,7 @@ use crate::state::AppState;
 pub(super) async fn attempt(
     state: AppState,
     handle: AttemptHandle,
-    messages: Vec<Message>,
+    (messages, anthropic_beta): (Vec<Message>, Option<String>),
     judge: Judge,
 ) -> End {
     let Some(provider) = state
@@ -37,8 +37,10 @@ pub(super) async fn attempt(
         return record(&state, &handle, Err(error), &judge).await;
     };
     // The harness's own builder: what was certified is what is sent.
-    let request =
-        surety_exchange::request(&judge.served.contract, messages, provider.capabilities());
+    let request = ChatRequest {
+        anthropic_beta,
+        ..surety_exchange::request(&judge.served.contract, messages, provider.capabilities())
+    };
     let _in_flight = InFlight::enter(&state, &handle);
     let call = CallContext::for_attempt(&handle.job_id.0, handle.ordinal);
     let started = std::time::Instant::now();
@@ -288,6 +290,15 @@ pub(super) async fn record(
                 .with_label_values(&[&handle.provider, kind])
                 .inc_by(n);
         }
+        for (counter, n) in [
+            (&metrics.cache_read_tokens, response.usage.cache_read_tokens),
+            (
+                &metrics.cache_write_tokens,
+                response.usage.cache_write_tokens,
+            ),
+        ] {
+            counter.with_label_values(&[&handle.provider]).inc_by(n);
+        }
     }
     let mut outcome = match result {
         Ok(response) if !judge.models.contains(&response.model) => {
@@ -412,6 +423,8 @@ fn completion(response: &ChatResponse) -> serde_json::Value {
         "usage": {
             "prompt_tokens": response.usage.prompt_tokens,
             "completion_tokens": response.usage.completion_tokens,
+            "cache_read_tokens": response.usage.cache_read_tokens,
+            "cache_write_tokens": response.usage.cache_write_tokens,
         },
         "finish_reason": response.finish_reason_word(),
         "provider_finish_reason": response.finish_reason,

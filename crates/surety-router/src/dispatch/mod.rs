@@ -46,6 +46,9 @@ pub struct Drive {
     /// request is built from them by `surety_exchange::request`, the
     /// harness's own builder, for its provider.
     pub messages: Vec<Message>,
+    /// The client's `anthropic-beta` (an output-only Messages job's), sent
+    /// with every attempt to the kinds that take it.
+    pub anthropic_beta: Option<String>,
     /// The job's input: what a rule of the contract may read (a refund
     /// within the order's total).
     pub input: Arc<serde_json::Value>,
@@ -104,7 +107,7 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
             attempt(
                 state.clone(),
                 handle,
-                drive.messages.clone(),
+                (drive.messages.clone(), drive.anthropic_beta.clone()),
                 Judge {
                     served: drive.served.clone(),
                     models: at.models.clone(),

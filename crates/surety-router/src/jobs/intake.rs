@@ -253,6 +253,7 @@ async fn create(
         route: intake.route,
         served: intake.served.clone(),
         messages: intake.messages,
+        anthropic_beta: super::anthropic_beta(intake.job.kind, intake.job.request.as_ref()),
         input: std::sync::Arc::new(intake.job.input),
         first,
         providers: providers.into(),

@@ -26,6 +26,22 @@ pub fn job_messages(job: &Job, served: &ServedContract) -> Result<Vec<Message>, 
     }
 }
 
+/// Where a Messages job keeps its client's `anthropic-beta`: a key of the
+/// job's kept request.
+pub const BETA_KEPT: &str = "anthropic_beta";
+
+/// The client's `anthropic-beta` a Messages job keeps for its attempts
+/// (an output-only route's), as it sent it.
+pub fn anthropic_beta(
+    kind: surety_store::JobKind,
+    request: Option<&serde_json::Value>,
+) -> Option<String> {
+    match kind {
+        surety_store::JobKind::Messages => request?[BETA_KEPT].as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
 /// A new attempt at the owner's job, at its first certified provider, if no
 /// attempt is open and it has not succeeded (the store's guard decides).
 pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<(), JobError> {
@@ -60,6 +76,7 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
             route,
             served: served.clone(),
             messages,
+            anthropic_beta: anthropic_beta(job.kind, job.request.as_ref()),
             input: std::sync::Arc::new(job.input),
             first: Some(handle),
             providers: eligible.into(),

@@ -10,7 +10,7 @@ mod manage;
 mod wait;
 
 pub use intake::{CreatedJob, Demotions, Intake, certified, create_or_replay, route_and_contract};
-pub use manage::{cancel, job_messages, retry};
+pub use manage::{BETA_KEPT, anthropic_beta, cancel, job_messages, retry};
 pub use wait::wait_at_rest;
 
 /// Why a job operation did not happen; nothing was changed.

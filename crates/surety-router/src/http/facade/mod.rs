@@ -219,7 +219,7 @@ async fn chat(
         state,
         (owner, idempotency),
         (route.clone(), served.clone()),
-        &body,
+        (&body, None),
         (JobKind::Chat, sent),
     )
     .await?;
@@ -263,7 +263,7 @@ async fn settled_job(
         crate::config::Route,
         std::sync::Arc<crate::certification::ServedContract>,
     ),
-    body: &Value,
+    (body, kept): (&Value, Option<Value>),
     (kind, messages): (JobKind, Vec<surety_providers::Message>),
 ) -> Result<(bool, Job, Vec<surety_store::Attempt>), OpenAiError> {
     let input = match route.facade {
@@ -283,6 +283,11 @@ async fn settled_job(
         messages,
     )
     .fingerprinted(fingerprint);
+    // What the request asks of its providers beyond the messages.
+    let intake = match kept {
+        Some(request) => intake.requesting(request),
+        None => intake,
+    };
     // A pinned job's messages are its contract's rendering of its input;
     // an output-only job's are the client's, kept with it.
     let intake = match facade {

@@ -14,8 +14,8 @@ use surety_store::{Attempt, Job};
 use super::{Delivery, OpenAiError};
 use crate::http::views::{
     AnswerMessage, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Delta,
-    FunctionCallView, FunctionDelta, ToolCallDelta, ToolCallView, UsageTotals, UsageView,
-    finish_reason,
+    FunctionCallView, FunctionDelta, PromptTokensDetails, ToolCallDelta, ToolCallView, UsageTotals,
+    UsageView, finish_reason,
 };
 
 /// The job's answer as a chat completion (or its stream), or why there is none.
@@ -184,6 +184,9 @@ impl ChatCompletion {
                 prompt_tokens: prompt,
                 completion_tokens: completion,
                 total_tokens: prompt + completion,
+                prompt_tokens_details: PromptTokensDetails {
+                    cached_tokens: usage.cache_read_tokens,
+                },
             },
         }
     }

@@ -79,8 +79,13 @@ pub struct JobView {
 /// Tokens, as a provider counted them.
 #[derive(Debug, Default, Serialize, ToSchema)]
 pub struct UsageView {
+    /// Every prompt token, cached or not.
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of the prompt, the tokens the provider read from its cache.
+    pub cache_read_tokens: u64,
+    /// Of the prompt, the tokens the provider wrote to its cache.
+    pub cache_write_tokens: u64,
 }
 
 /// One try at one provider.
@@ -135,6 +140,9 @@ impl UsageView {
         Some(UsageView {
             prompt_tokens: usage["prompt_tokens"].as_u64()?,
             completion_tokens: usage["completion_tokens"].as_u64()?,
+            // A job recorded before caching was counted read nothing.
+            cache_read_tokens: usage["cache_read_tokens"].as_u64().unwrap_or(0),
+            cache_write_tokens: usage["cache_write_tokens"].as_u64().unwrap_or(0),
         })
     }
 }
@@ -382,6 +390,13 @@ pub struct UsageTotals {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// Of the prompt's tokens, the ones the provider read from its cache.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u64,
 }
 
 /// One `chat.completion.chunk` of a streamed answer (the `data` of an event).

@@ -21,7 +21,7 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use surety_store::{JobKind, OwnerId};
+use surety_store::{Attempt, Job, JobKind, OwnerId};
 
 pub use error::AnthropicError;
 
@@ -133,18 +133,47 @@ async fn message(
     let asked = request::parameters(request, served)?;
     let (idempotency, keyless) = intent_key(state, headers)?;
     let messages = request::turns(&body)?;
+    let beta = request::caching(&messages, headers, served, route.facade)?;
     let owner = OwnerId(key.owner);
     let (replayed, job, attempts) = settled_job(
         state,
         (owner, idempotency),
         (route.clone(), served.clone()),
-        &body,
+        (
+            &body,
+            beta.map(|b| serde_json::json!({ crate::jobs::BETA_KEPT: b })),
+        ),
         (JobKind::Messages, messages),
     )
     .await?;
     let mut response = reply::answer(&job, &attempts, asked)?;
     stamp(&mut response, replayed, keyless, &job, route.facade);
+    not_sent(state, &mut response, &job, &attempts);
     Ok(response)
+}
+
+/// The header naming what of the client's request the provider that
+/// answered was not sent: its `cache_control` and `anthropic-beta`, for a
+/// kind that takes neither.
+pub const NOT_SENT: &str = "surety-not-sent";
+
+fn not_sent(state: &AppState, response: &mut Response, job: &Job, attempts: &[Attempt]) {
+    let answered = attempts
+        .iter()
+        .find(|a| Some(a.ordinal) == job.completed_by)
+        .and_then(|a| state.inner.providers.get(&a.provider));
+    let (Some(provider), Some(messages)) = (answered, &job.messages) else {
+        return;
+    };
+    let messages: Vec<surety_providers::Message> =
+        serde_json::from_value(messages.clone()).unwrap_or_default();
+    let beta = crate::jobs::anthropic_beta(job.kind, job.request.as_ref()).is_some();
+    let left_out = surety_providers::not_sent(&messages, beta, provider.config.kind);
+    if let Ok(value) = axum::http::HeaderValue::from_str(&left_out.join(", "))
+        && !left_out.is_empty()
+    {
+        response.headers_mut().insert(NOT_SENT, value);
+    }
 }
 
 /// The header naming the tokenizer a count was made with.

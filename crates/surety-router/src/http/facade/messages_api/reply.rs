@@ -70,11 +70,15 @@ fn message_of(job: &Job, result: &serde_json::Value, tool_calls: bool) -> Messag
         model: job.route.clone(),
         stop_reason: Some(stop.to_owned()),
         stop_sequence: None,
+        // Anthropic's `input_tokens` are the ones the cache neither read
+        // nor wrote.
         usage: MessagesUsage {
-            input_tokens: usage.prompt_tokens,
+            input_tokens: usage
+                .prompt_tokens
+                .saturating_sub(usage.cache_read_tokens + usage.cache_write_tokens),
             output_tokens: usage.completion_tokens,
-            cache_creation_input_tokens: 0,
-            cache_read_input_tokens: 0,
+            cache_creation_input_tokens: usage.cache_write_tokens,
+            cache_read_input_tokens: usage.cache_read_tokens,
         },
     }
 }

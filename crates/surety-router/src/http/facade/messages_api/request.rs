@@ -201,8 +201,8 @@ pub(super) fn turns(body: &Value) -> Result<Vec<Message>, OpenAiError> {
         Value::Null => {}
         Value::String(text) => out.push(Message::system(text.clone())),
         Value::Array(blocks) => {
-            let text = texts(blocks, "system")?;
-            out.push(Message::system(text));
+            let (text, control) = texts(blocks, "system")?;
+            out.push(Message::system(text).cached(control));
         }
         _ => return Err(refuse("system", "`system` must be text or text blocks")),
     }
@@ -244,16 +244,27 @@ pub(super) fn turns(body: &Value) -> Result<Vec<Message>, OpenAiError> {
                 ));
             }
         };
-        let (mut text, mut calls) = (String::new(), Vec::new());
+        let (mut text, mut calls, mut control) = (String::new(), Vec::new(), None);
+        // The turn's own last block (a tool_result is a turn of its own):
+        // where its breakpoint may stand.
+        let last = blocks
+            .iter()
+            .rposition(|b| matches!(b["type"].as_str(), Some("text" | "tool_use")));
         for (j, block) in blocks.iter().enumerate() {
             let at = format!("{at}.content[{j}]");
             let kind = block["type"].as_str().unwrap_or_default();
             let allowed: &[&str] = match (role, kind) {
-                (_, "text") => &["type", "text", "citations"],
-                (Role::Assistant, "tool_use") => &["type", "id", "name", "input"],
+                (_, "text") => &["type", "text", "citations", "cache_control"],
+                (Role::Assistant, "tool_use") => &["type", "id", "name", "input", "cache_control"],
                 (Role::Assistant, "thinking") => &["type", "thinking", "signature"],
                 (Role::Assistant, "redacted_thinking") => &["type", "data"],
-                (Role::User, "tool_result") => &["type", "tool_use_id", "content", "is_error"],
+                (Role::User, "tool_result") => &[
+                    "type",
+                    "tool_use_id",
+                    "content",
+                    "is_error",
+                    "cache_control",
+                ],
                 _ => {
                     return Err(refuse(
                         &at,
@@ -275,6 +286,10 @@ pub(super) fn turns(body: &Value) -> Result<Vec<Message>, OpenAiError> {
                     &format!("{at}.{extra}"),
                     format!("`{extra}` in a `{kind}` block is not supported"),
                 ));
+            }
+            let marked = breakpoint(block, &at)?;
+            if marked.is_some() && kind != "tool_result" && Some(j) != last {
+                return Err(refuse(&format!("{at}.cache_control"), ONE_BLOCK));
             }
             match kind {
                 "text" => match (block["text"].as_str(), &block["citations"]) {
@@ -316,21 +331,24 @@ pub(super) fn turns(body: &Value) -> Result<Vec<Message>, OpenAiError> {
                             ),
                         ));
                     }
-                    let result = match &block["content"] {
-                        Value::String(t) => t.clone(),
+                    let (result, inner) = match &block["content"] {
+                        Value::String(t) => (t.clone(), None),
                         Value::Array(parts) => texts(parts, &format!("{at}.content"))?,
-                        Value::Null => String::new(),
+                        Value::Null => (String::new(), None),
                         _ => return Err(refuse(&format!("{at}.content"), "a tool result is text")),
                     };
-                    out.push(Message::tool(id, result));
+                    out.push(Message::tool(id, result).cached(marked.clone().or(inner)));
                 }
                 // An earlier turn's reasoning: not part of the context.
                 _ => {}
             }
+            if kind != "tool_result" {
+                control = control.or(marked);
+            }
         }
         match role {
-            Role::Assistant => out.push(Message::assistant(text, calls)),
-            _ if !text.is_empty() => out.push(Message::user(text)),
+            Role::Assistant => out.push(Message::assistant(text, calls).cached(control)),
+            _ if !text.is_empty() => out.push(Message::user(text).cached(control)),
             _ => {}
         }
     }
@@ -370,24 +388,103 @@ pub(super) fn counted(body: &Value) -> Result<Vec<String>, OpenAiError> {
     Ok(texts)
 }
 
-/// The text of a list of text blocks (`param` names the list).
-fn texts(blocks: &[Value], param: &str) -> Result<String, OpenAiError> {
-    let mut text = String::new();
+/// Why a breakpoint is refused where it stands.
+const ONE_BLOCK: &str = "`cache_control` is kept on a turn's last block (or a tool_result): surety sends a turn's text as one block, and the breakpoint at its end";
+
+/// A block's `cache_control`, as the client sent it: an object naming its
+/// `type` (Anthropic's `ephemeral`, with a `ttl` if sent), passed on
+/// unchanged to the providers that take it.
+fn breakpoint(block: &Value, at: &str) -> Result<Option<Value>, OpenAiError> {
+    match block.get("cache_control") {
+        None | Some(Value::Null) => Ok(None),
+        Some(control) if control["type"].is_string() => Ok(Some(control.clone())),
+        Some(_) => Err(refuse(
+            &format!("{at}.cache_control"),
+            "`cache_control` is an object naming its `type` (`{\"type\": \"ephemeral\"}`)",
+        )),
+    }
+}
+
+/// The text of a list of text blocks (`param` names the list), and the
+/// breakpoint on its last block.
+fn texts(blocks: &[Value], param: &str) -> Result<(String, Option<Value>), OpenAiError> {
+    let (mut text, mut control) = (String::new(), None);
     for (i, block) in blocks.iter().enumerate() {
         let at = format!("{param}[{i}]");
-        if let Some(extra) = block
-            .as_object()
-            .and_then(|o| o.keys().find(|k| !matches!(k.as_str(), "type" | "text")))
-        {
+        if let Some(extra) = block.as_object().and_then(|o| {
+            o.keys()
+                .find(|k| !matches!(k.as_str(), "type" | "text" | "cache_control"))
+        }) {
             return Err(refuse(
                 &format!("{at}.{extra}"),
                 format!("`{extra}` in a text block is not supported"),
             ));
+        }
+        control = breakpoint(block, &at)?;
+        if control.is_some() && i + 1 != blocks.len() {
+            return Err(refuse(&format!("{at}.cache_control"), ONE_BLOCK));
         }
         match (block["type"].as_str(), block["text"].as_str()) {
             (Some("text"), Some(t)) => text.push_str(t),
             _ => return Err(refuse(&at, "only text blocks are supported here")),
         }
     }
-    Ok(text)
+    Ok((text, control))
+}
+
+/// The header a client names Anthropic's betas in.
+pub(super) const ANTHROPIC_BETA: &str = "anthropic-beta";
+
+/// What of a request's caching a route sends: on an output-only route the
+/// client's breakpoints and `anthropic-beta` pass on (to the providers
+/// that take them); on a pinned route the contract decides what is cached,
+/// so a breakpoint is refused unless it is the contract's own (on the
+/// system prompt, `ephemeral`), and so is a beta.
+pub(super) fn caching(
+    messages: &[Message],
+    headers: &axum::http::HeaderMap,
+    served: &ServedContract,
+    facade: surety_config::Facade,
+) -> Result<Option<String>, OpenAiError> {
+    let sent: Vec<&str> = headers
+        .get_all(ANTHROPIC_BETA)
+        .iter()
+        .map(|v| v.to_str())
+        .collect::<Result<_, _>>()
+        .map_err(|_| refuse(ANTHROPIC_BETA, "`anthropic-beta` must be visible ASCII"))?;
+    let beta = (!sent.is_empty()).then(|| sent.join(","));
+    if facade == surety_config::Facade::OutputOnly {
+        return Ok(beta);
+    }
+    let contract = &served.contract;
+    let marked = contract.cache.names().join(", ");
+    let decides = format!(
+        "route's contract `{}` decides what is cached (`[prompt] cache = [{marked}]`)",
+        contract.id
+    );
+    if beta.is_some() {
+        return Err(refuse(
+            ANTHROPIC_BETA,
+            format!(
+                "a pinned route sends the certified request, which names no beta; the {decides}"
+            ),
+        ));
+    }
+    let own = json!({"type": "ephemeral"});
+    for m in messages {
+        let Some(control) = &m.cache_control else {
+            continue;
+        };
+        let (param, ours) = match m.role {
+            Role::System => ("system", contract.cache.system && control == &own),
+            _ => ("messages", false),
+        };
+        if !ours {
+            return Err(refuse(
+                &format!("{param}.cache_control"),
+                format!("on a pinned route the {decides}; send `cache_control` only where it does"),
+            ));
+        }
+    }
+    Ok(None)
 }

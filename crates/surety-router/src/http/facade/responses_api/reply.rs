@@ -86,7 +86,9 @@ pub(super) fn response_of(
     };
     let usage = UsageView::of(job).map(|u| ResponseUsage {
         input_tokens: u.prompt_tokens,
-        input_tokens_details: InputTokensDetails { cached_tokens: 0 },
+        input_tokens_details: InputTokensDetails {
+            cached_tokens: u.cache_read_tokens,
+        },
         output_tokens: u.completion_tokens,
         output_tokens_details: OutputTokensDetails {
             reasoning_tokens: 0,
