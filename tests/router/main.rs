@@ -78,6 +78,8 @@ mod anthropic_messages {
         the_anthropic_sdk_gets_a_certified_tool_use_once,
         a_message_whose_anthropic_primary_fails_is_answered_by_a_certified_openai_kind,
         an_agent_loops_three_turns_reach_the_serving_kind_in_its_own_words,
+        a_cacheable_contracts_breakpoints_reach_anthropic_and_its_cache_usage_every_facade,
+        an_output_only_routes_client_caching_reaches_anthropic_as_sent_and_is_named_where_not,
     );
 }
 

@@ -578,3 +578,270 @@ pub async fn an_agent_loops_three_turns_reach_the_serving_kind_in_its_own_words(
     }
     assert_eq!(gpt.calls(), 3, "one call per turn");
 }
+
+pub async fn a_cacheable_contracts_breakpoints_reach_anthropic_and_its_cache_usage_every_facade(
+    db: &TestDb,
+) {
+    let claude = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    let router = crate::tools::support_router(db, &[("claude", "anthropic", &claude)]).await;
+    let tools = crate::tools::openai_tools();
+    let ephemeral = json!({"type": "ephemeral"});
+    // Chat: the first request writes the cache (the system prompt and the
+    // tools before it), as the provider said.
+    let prompt = crate::tools::case_messages("damaged-teapot");
+    let (status, _, chat) = router
+        .send(
+            "/v1/chat/completions",
+            ACME,
+            "cache-chat",
+            &json!({"model": "support", "messages": prompt, "tools": tools, "tool_choice": "required"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{chat}");
+    let sent = claude.requests()[0].body.clone();
+    assert_eq!(sent["system"][0]["cache_control"], ephemeral, "{sent}");
+    assert_eq!(sent["system"][0]["text"], prompt[0]["content"], "{sent}");
+    assert_eq!(
+        sent["tools"].as_array().unwrap().last().unwrap()["cache_control"],
+        ephemeral,
+        "{sent}"
+    );
+    assert_eq!(
+        chat["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{chat}"
+    );
+    let written = router
+        .metric("surety_cache_write_tokens_total{provider=\"claude\"}")
+        .await;
+    assert!(written > 0.0, "{}", router.metrics().await);
+    let id = chat["id"].as_str().unwrap().trim_start_matches("chatcmpl-");
+    let (_, job) = router.get(ACME, &format!("/v1/jobs/{id}")).await;
+    assert_eq!(
+        job["usage"]["cache_write_tokens"].as_f64(),
+        Some(written),
+        "{job}"
+    );
+    assert_eq!(job["usage"]["cache_read_tokens"], 0, "{job}");
+    // Messages: another case, the same prefix: read from the cache.
+    let prompt = crate::tools::case_messages("charged-twice");
+    let body = json!({
+        "model": "support",
+        "max_tokens": contract("support-action").limits.max_output_tokens,
+        "system": [{"type": "text", "text": prompt[0]["content"], "cache_control": ephemeral}],
+        "messages": [{"role": "user", "content": prompt[1]["content"]}],
+        "tools": anthropic_tools(),
+    });
+    let (status, _, answer) = message(&router, "cache-message", &body, &[]).await;
+    assert_eq!(status, 200, "{answer}");
+    let usage = &answer["usage"];
+    let read = usage["cache_read_input_tokens"].as_f64().unwrap();
+    assert_eq!(
+        read, written,
+        "the prefix written is the prefix read: {answer}"
+    );
+    assert_eq!(usage["cache_creation_input_tokens"], 0, "{answer}");
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0, "{answer}");
+    assert_eq!(
+        claude.requests()[1].body["system"],
+        sent["system"],
+        "the same prefix"
+    );
+    // Responses: read again, as `input_tokens_details.cached_tokens`.
+    let prompt = crate::tools::case_messages("parcel-lost");
+    let flat: Vec<Value> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let f = &t["function"];
+            json!({"type": "function", "name": f["name"], "description": f["description"], "parameters": f["parameters"]})
+        })
+        .collect();
+    let (status, _, response) = router
+        .send(
+            "/v1/responses",
+            ACME,
+            "cache-response",
+            &json!({"model": "support", "instructions": prompt[0]["content"], "input": prompt[1]["content"], "tools": flat}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["usage"]["input_tokens_details"]["cached_tokens"].as_f64(),
+        Some(written),
+        "{response}"
+    );
+    assert_eq!(
+        router
+            .metric("surety_cache_read_tokens_total{provider=\"claude\"}")
+            .await,
+        2.0 * written,
+        "{}",
+        router.metrics().await
+    );
+    // A pinned route sends its contract's request: a client's breakpoint
+    // elsewhere, or a beta, is refused by name, and nothing is called.
+    let calls = claude.calls();
+    let mut elsewhere = body.clone();
+    elsewhere["messages"][0]["content"] =
+        json!([{"type": "text", "text": prompt[1]["content"], "cache_control": ephemeral}]);
+    let (status, _, refused) = message(&router, "cache-elsewhere", &elsewhere, &[]).await;
+    assert_eq!(status, 400, "{refused}");
+    let why = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        why.starts_with("messages.cache_control: ")
+            && why.contains("`[prompt] cache = [system, tools]`"),
+        "{why}"
+    );
+    let (status, _, refused) = message(
+        &router,
+        "cache-beta",
+        &body,
+        &[("anthropic-beta", "extended-cache-ttl-2025-04-11")],
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("anthropic-beta: "),
+        "{refused}"
+    );
+    assert_eq!(claude.calls(), calls);
+}
+
+pub async fn an_output_only_routes_client_caching_reaches_anthropic_as_sent_and_is_named_where_not(
+    db: &TestDb,
+) {
+    let claude = FakeProvider::start(language_script()).await.unwrap();
+    let gpt = FakeProvider::start(language_script()).await.unwrap();
+    let routes = "[routes.agent]\ncontract = \"language-detect\"\nproviders = [\"claude\", \"gpt\"]\nfacade = \"output-only\"\n\
+                  [routes.agent-gpt]\ncontract = \"language-detect\"\nproviders = [\"gpt\"]\nfacade = \"output-only\"\n";
+    let router = crate::tools::certified_router(
+        db,
+        &[("claude", "anthropic", &claude), ("gpt", "openai", &gpt)],
+        "language-detect",
+        routes,
+    )
+    .await;
+    let hour = json!({"type": "ephemeral", "ttl": "1h"});
+    let ephemeral = json!({"type": "ephemeral"});
+    let beta = "extended-cache-ttl-2025-04-11, token-efficient-tools-2025-02-19";
+    let body = |route: &str| {
+        json!({
+            "model": route,
+            "max_tokens": contract("language-detect").limits.max_output_tokens,
+            "system": [{"type": "text", "text": "You detect the language of customer messages. Answer with JSON.", "cache_control": hour}],
+            "messages": [
+                {"role": "user", "content": "Which language is the message of customer 7 in?"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup_customer", "input": {"id": 7}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "{\"message\": \"Hello, where is my parcel?\"}", "cache_control": ephemeral},
+                    {"type": "text", "text": "Answer now.", "cache_control": ephemeral},
+                ]},
+            ],
+        })
+    };
+    let (status, headers, answer) = message(
+        &router,
+        "client-cache-1",
+        &body("agent"),
+        &[("anthropic-beta", beta)],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(headers.get("surety-not-sent").is_none(), "{headers:?}");
+    // The Anthropic kind got the client's breakpoints where it put them,
+    // and its betas as it sent them.
+    let sent = &claude.requests()[0];
+    assert_eq!(sent.headers["anthropic-beta"], beta, "{:?}", sent.headers);
+    assert_eq!(
+        sent.body["system"][0]["cache_control"], hour,
+        "{}",
+        sent.body
+    );
+    let turns = sent.body["messages"].as_array().unwrap();
+    assert_eq!(
+        turns[2]["content"][0]["type"], "tool_result",
+        "{}",
+        sent.body
+    );
+    assert_eq!(
+        turns[2]["content"][0]["cache_control"], ephemeral,
+        "{}",
+        sent.body
+    );
+    assert_eq!(
+        turns[3]["content"][0]["text"], "Answer now.",
+        "{}",
+        sent.body
+    );
+    assert_eq!(
+        turns[3]["content"][0]["cache_control"], ephemeral,
+        "{}",
+        sent.body
+    );
+    assert!(
+        sent.raw
+            .contains(r#""cache_control":{"ttl":"1h","type":"ephemeral"}"#)
+            && sent
+                .raw
+                .matches(r#""cache_control":{"type":"ephemeral"}"#)
+                .count()
+                == 2,
+        "{}",
+        sent.raw
+    );
+    // The fake's cache wrote the prefix up to the last breakpoint.
+    assert!(
+        answer["usage"]["cache_creation_input_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{answer}"
+    );
+    // Another kind is sent neither, and the answer names what was not sent
+    // (on its replay too).
+    for key in ["client-cache-2", "client-cache-2"] {
+        let (status, headers, answer) = message(
+            &router,
+            key,
+            &body("agent-gpt"),
+            &[("anthropic-beta", beta)],
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            headers["surety-not-sent"], "cache_control, anthropic-beta",
+            "{headers:?}"
+        );
+    }
+    let sent = &gpt.requests()[0];
+    assert!(!sent.raw.contains("cache_control"), "{}", sent.raw);
+    assert!(
+        !sent.headers.contains_key("anthropic-beta"),
+        "{:?}",
+        sent.headers
+    );
+    assert_eq!(gpt.calls(), 1, "the replay called nobody");
+    // A breakpoint mid-turn cannot be kept where it stands: refused by name.
+    let mut mid = body("agent");
+    mid["messages"][0]["content"] = json!([
+        {"type": "text", "text": "Which language", "cache_control": ephemeral},
+        {"type": "text", "text": " is the message of customer 7 in?"},
+    ]);
+    let (status, _, refused) = message(&router, "client-cache-3", &mid, &[]).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("messages[0].content[0].cache_control: "),
+        "{refused}"
+    );
+}

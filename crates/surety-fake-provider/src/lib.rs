@@ -914,7 +914,14 @@ async fn anthropic_messages(
     };
     // A prompt cache as Anthropic keeps one: the prefix up to the last
     // breakpoint is written on its first request and read on the next.
-    let prompt_tokens = word_count(&prompt_text(&body));
+    // The tools are part of the prompt, before the system prompt.
+    let tools: u64 = body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| word_count(&t.to_string()))
+        .sum();
+    let prompt_tokens = tools + word_count(&prompt_text(&body));
     let cache = cached_prefix(&body).map_or(CacheUse::default(), |prefix| {
         let tokens = word_count(&prefix).min(prompt_tokens);
         match lock(&shared.log).cached.insert(prefix) {
