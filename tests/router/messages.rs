@@ -683,6 +683,14 @@ pub async fn a_cacheable_contracts_breakpoints_reach_anthropic_and_its_cache_usa
         "{}",
         router.metrics().await
     );
+    // The certification matrix shows the provider's cache use.
+    let session = crate::operator::admin_session(&router).await;
+    let (_, matrix) = crate::operator::page(&router, &session, "/ui/certification").await;
+    let row = crate::operator::matrix_row(&matrix, "claude");
+    assert!(
+        row.contains(&format!("{} read, {written} written", 2.0 * written)),
+        "{row}"
+    );
     // A pinned route sends its contract's request: a client's breakpoint
     // elsewhere, or a beta, is refused by name, and nothing is called.
     let calls = claude.calls();

@@ -82,7 +82,7 @@ fn token_in(page: &str) -> String {
 }
 
 /// The certification matrix's row of `provider`.
-fn matrix_row(matrix: &str, provider: &str) -> String {
+pub(crate) fn matrix_row(matrix: &str, provider: &str) -> String {
     matrix
         .split("<tr>")
         .find(|r| r.contains(&format!("<td>{provider}</td>")))

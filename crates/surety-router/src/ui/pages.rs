@@ -326,6 +326,7 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
                 cost: shadowed.then(|| cost(&state, &route.id, provider, &route.contract)),
                 page: format!("/ui/certification/{provider}/{}", served.contract.id),
                 demoted: c.status == "demoted",
+                cache: cache_tokens(&state, provider),
             });
         }
     }
@@ -351,6 +352,15 @@ pub(super) async fn certification(State(state): State<AppState>, headers: Header
             manifest,
         },
     )
+}
+
+/// A provider's prompt-cache tokens, as `/metrics` counts them on this
+/// replica: `1200 read, 300 written`.
+fn cache_tokens(state: &AppState, provider: &str) -> String {
+    let metrics = &state.inner.metrics;
+    let [read, written] = [&metrics.cache_read_tokens, &metrics.cache_write_tokens]
+        .map(|counter| counter.with_label_values(&[provider]).get());
+    format!("{read} read, {written} written")
 }
 
 /// A window of live results' outcomes in a sentence: `3 kept, 1 broke of

@@ -135,6 +135,9 @@ pub(super) struct CertificationRow {
     /// Its live results' page.
     pub(super) page: String,
     pub(super) demoted: bool,
+    /// The provider's prompt-cache tokens read and written, on this
+    /// replica since it started (`surety_cache_read_tokens_total`).
+    pub(super) cache: String,
 }
 
 /// One live result: a shadow call on a job's input, or a re-check of a case.
