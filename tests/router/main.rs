@@ -80,6 +80,7 @@ mod anthropic_messages {
         an_agent_loops_three_turns_reach_the_serving_kind_in_its_own_words,
         a_cacheable_contracts_breakpoints_reach_anthropic_and_its_cache_usage_every_facade,
         an_output_only_routes_client_caching_reaches_anthropic_as_sent_and_is_named_where_not,
+        the_anthropic_typescript_sdk_gets_its_message_once,
     );
 }
 

@@ -853,3 +853,189 @@ pub async fn an_output_only_routes_client_caching_reaches_anthropic_as_sent_and_
         "{refused}"
     );
 }
+
+/// Anthropic's TypeScript SDK, as node runs it: the SDK from the suite's
+/// `node_modules` (`cargo xtask test` installs it), and the script's
+/// printed JSON.
+async fn run_node(script: &str, env: &[(&str, &str)]) -> Option<Value> {
+    let node = surety_tests::require("SURETY_NODE", "node")?;
+    let modules = surety_tests::require("SURETY_NODE_CLIENTS", "the suite's node clients")?;
+    let output = tokio::process::Command::new(node)
+        .args(["-e", script])
+        .env("NODE_PATH", modules)
+        .envs(env.iter().copied())
+        .output()
+        .await;
+    Some(serde_json::from_str(&surety_tests::printed(output, "the node client")).unwrap())
+}
+
+const NODE_CLIENT: &str = r#"
+const { Anthropic, ConflictError, NotFoundError, OverloadedError } = require('@anthropic-ai/sdk');
+const client = new Anthropic({ baseURL: process.env.BASE_URL, apiKey: process.env.API_KEY, maxRetries: 2 });
+const key = (k) => ({ headers: { 'Idempotency-Key': k } });
+const maxTokens = Number(process.env.MAX_TOKENS);
+const language = (text) => ({ model: 'language', max_tokens: maxTokens, system: process.env.SYSTEM_PROMPT,
+  messages: [{ role: 'user', content: text }] });
+const messages = JSON.parse(process.env.MESSAGES);
+const tools = JSON.parse(process.env.TOOLS);
+const support = { model: 'support', max_tokens: Number(process.env.SUPPORT_MAX_TOKENS), system: messages[0].content,
+  messages: [{ role: 'user', content: messages[1].content }], tools, tool_choice: { type: 'any' } };
+const caught = async (call) => {
+  try { await call(); } catch (e) {
+    return { class: e.constructor.name, conflict: e instanceof ConflictError, notFound: e instanceof NotFoundError,
+      overloaded: e instanceof OverloadedError, status: e.status, type: e.error?.error?.type, requestID: e.requestID };
+  }
+  return null;
+};
+(async () => {
+  const seen = {};
+  const first = await client.messages.create(language(process.env.USER_FRENCH), key('ts-1'));
+  const { data: again, response } = await client.messages.create(language(process.env.USER_FRENCH), key('ts-1')).withResponse();
+  seen.first = first;
+  seen.again = { id: again.id, replayed: response.headers.get('idempotent-replayed'), requestID: again._request_id };
+  const stream = client.messages.stream(language(process.env.USER_GERMAN), key('ts-2'));
+  const pieces = [];
+  stream.on('text', (delta) => pieces.push(delta));
+  const final = await stream.finalMessage();
+  seen.stream = { pieces: pieces.length, text: pieces.join(''), final: final.content[0].text, stop: final.stop_reason, id: final.id };
+  const used = await client.messages.create(support, key('ts-refund-1'));
+  seen.tool = { type: used.content[0].type, name: used.content[0].name, input: used.content[0].input, id: used.content[0].id, stop: used.stop_reason };
+  seen.toolReplay = (await client.messages.create(support, key('ts-refund-1'))).content[0].id;
+  const partial = [];
+  const toolStream = client.messages.stream(support, key('ts-refund-2'));
+  toolStream.on('inputJson', (delta) => partial.push(delta));
+  const toolFinal = await toolStream.finalMessage();
+  seen.toolStream = { partial: JSON.parse(partial.join('')), input: toolFinal.content[0].input, name: toolFinal.content[0].name };
+  seen.count = (await client.messages.countTokens({ model: 'language', system: process.env.SYSTEM_PROMPT,
+    messages: [{ role: 'user', content: process.env.USER_FRENCH }] })).input_tokens;
+  seen.models = [];
+  for await (const model of client.models.list()) seen.models.push(model.id);
+  seen.conflict = await caught(() => client.messages.create(language(process.env.USER_GERMAN), key('ts-1')));
+  seen.notFound = await caught(() => client.messages.create({ ...language('hi'), model: 'no-such-route' }, key('ts-3')));
+  seen.overloaded = await caught(() => client.messages.create({ ...language(process.env.USER_FRENCH), model: 'uncertified' },
+    { ...key('ts-4'), maxRetries: 0 }));
+  console.log(JSON.stringify(seen));
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+pub async fn the_anthropic_typescript_sdk_gets_its_message_once(db: &TestDb) {
+    let language = FakeProvider::start(language_script()).await.unwrap();
+    let claude = FakeProvider::start(crate::tools::support_script())
+        .await
+        .unwrap();
+    // language-detect at fake-a (and uncertified at fake-b), support-action at claude.
+    let tokenized = format!(
+        "{}tokenizer = \"tiktoken:o200k_base\"\n",
+        provider_toml("fake-a", &language)
+    );
+    let claude_toml = format!(
+        "[providers.claude]\nkind = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"claude\"\ncontext_window = 16000\n",
+        claude.anthropic_base_url()
+    );
+    let providers = [tokenized, provider_toml("fake-b", &language), claude_toml].concat();
+    let configs = ProvidersConfig::from_toml(&providers).unwrap().providers;
+    let routes = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n\
+                  [routes.uncertified]\ncontract = \"language-detect\"\nproviders = [\"fake-b\"]\n\
+                  [routes.support]\ncontract = \"support-action\"\nproviders = [\"claude\"]\n";
+    let router = Router::start_with(
+        db,
+        &providers,
+        routes,
+        &manifest_of(&[
+            (&configs["fake-a"], "language-detect"),
+            (&configs["claude"], "support-action"),
+        ]),
+        "",
+    )
+    .await;
+    let detect = contract("language-detect");
+    let render = |text: &str| detect.render(&json!({"text": text})).unwrap();
+    let french = render("Bonjour, je n'arrive pas à télécharger ma facture en PDF.");
+    let german = render("Guten Tag, meine Rechnung wurde zweimal abgebucht. Bitte um Erstattung.");
+    let max_tokens = detect.limits.max_output_tokens.to_string();
+    let support_max = contract("support-action")
+        .limits
+        .max_output_tokens
+        .to_string();
+    let messages = crate::tools::case_messages("damaged-teapot").to_string();
+    let tools = anthropic_tools().to_string();
+    let env = [
+        ("BASE_URL", router.base.as_str()),
+        ("API_KEY", ACME),
+        ("SYSTEM_PROMPT", french.system.as_str()),
+        ("USER_FRENCH", french.user.as_str()),
+        ("USER_GERMAN", german.user.as_str()),
+        ("MAX_TOKENS", max_tokens.as_str()),
+        ("SUPPORT_MAX_TOKENS", support_max.as_str()),
+        ("MESSAGES", messages.as_str()),
+        ("TOOLS", tools.as_str()),
+    ];
+    let Some(seen) = run_node(NODE_CLIENT, &env).await else {
+        return;
+    };
+    let parsed = |v: &Value| serde_json::from_str::<Value>(v.as_str().unwrap()).unwrap();
+    let first = &seen["first"];
+    let id = first["id"].as_str().unwrap();
+    assert!(id.starts_with("msg_"), "{seen}");
+    assert_eq!(first["type"], "message", "{seen}");
+    assert_eq!(first["stop_reason"], "end_turn", "{seen}");
+    assert_eq!(
+        parsed(&first["content"][0]["text"]),
+        json!({"language": "french"})
+    );
+    assert_eq!(
+        seen["again"]["id"], id,
+        "a replay is the same message: {seen}"
+    );
+    assert_eq!(seen["again"]["replayed"], "true", "{seen}");
+    assert!(
+        seen["again"]["requestID"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{seen}"
+    );
+    let stream = &seen["stream"];
+    assert!(stream["pieces"].as_u64().unwrap() >= 1, "{seen}");
+    assert_eq!(
+        parsed(&stream["text"]),
+        json!({"language": "german"}),
+        "{seen}"
+    );
+    assert_eq!(stream["final"], stream["text"], "{seen}");
+    assert_eq!(stream["stop"], "end_turn", "{seen}");
+    // The certified refund, as JavaScript prints its numbers (`30`, not `30.0`).
+    let mut refund = crate::tools::teapot_refund();
+    refund["amount"] = json!(30);
+    let tool = &seen["tool"];
+    assert_eq!(tool["type"], "tool_use", "{seen}");
+    assert_eq!(tool["name"], "refund", "{seen}");
+    assert_eq!(tool["input"], refund, "{seen}");
+    assert_eq!(tool["stop"], "tool_use", "{seen}");
+    assert_eq!(
+        seen["toolReplay"], tool["id"],
+        "a replay names the same call: {seen}"
+    );
+    assert_eq!(seen["toolStream"]["partial"], refund, "{seen}");
+    assert_eq!(seen["toolStream"]["input"], refund, "{seen}");
+    assert!(seen["count"].as_u64().unwrap() > 0, "{seen}");
+    assert_eq!(
+        seen["models"],
+        json!(["language", "support", "uncertified"]),
+        "{seen}"
+    );
+    let error = |name: &str, class: &str, status: u64, kind: &str| {
+        let e = &seen[name];
+        assert_eq!(e["class"], class, "{name}: {seen}");
+        assert_eq!(e["status"], status, "{name}: {seen}");
+        assert_eq!(e["type"], kind, "{name}: {seen}");
+        assert!(e["requestID"].as_str().is_some(), "{name}: {seen}");
+    };
+    error("conflict", "ConflictError", 409, "invalid_request_error");
+    error("notFound", "NotFoundError", 404, "not_found_error");
+    error("overloaded", "OverloadedError", 529, "overloaded_error");
+    assert_eq!(seen["overloaded"]["overloaded"], true, "{seen}");
+    // ts-1 (once, then replayed), ts-2; the refusals called nobody.
+    assert_eq!(language.calls(), 2, "one provider call per intent: {seen}");
+    // ts-refund-1 (once, then replayed), ts-refund-2.
+    assert_eq!(claude.calls(), 2, "one provider call per intent: {seen}");
+}

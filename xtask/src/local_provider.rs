@@ -725,6 +725,45 @@ pub fn openai_sdk() -> Result<PathBuf> {
     Ok(python)
 }
 
+/// Installs the suite's node clients (`tests/node/package.json`, locked by
+/// its `package-lock.json`: Anthropic's TypeScript SDK) into the cache with
+/// `npm`, if the lock changed; returns their `node_modules`.
+pub fn node_clients(root: &Path, npm: &Path) -> Result<PathBuf> {
+    let paths = Paths::new()?;
+    let home = paths.cache.join("node-clients");
+    let modules = home.join("node_modules");
+    let marker = home.join("installed");
+    let sources = root.join("tests/node");
+    let mut wanted = String::new();
+    for file in ["package.json", "package-lock.json"] {
+        let text = std::fs::read_to_string(sources.join(file))
+            .with_context(|| format!("reading tests/node/{file}"))?;
+        wanted.push_str(&text);
+    }
+    if std::fs::read_to_string(&marker).unwrap_or_default() == wanted && modules.is_dir() {
+        return Ok(modules);
+    }
+    std::fs::create_dir_all(&home)?;
+    for file in ["package.json", "package-lock.json"] {
+        std::fs::copy(sources.join(file), home.join(file))?;
+    }
+    run(
+        Command::new(npm)
+            .args([
+                "ci",
+                "--ignore-scripts",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ])
+            .current_dir(&home)
+            .env("npm_config_cache", paths.cache.join("npm-cache")),
+        "installing the suite's node clients (npm ci)",
+    )?;
+    std::fs::write(&marker, wanted)?;
+    Ok(modules)
+}
+
 #[cfg(test)]
 mod tests {
 

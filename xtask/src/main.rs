@@ -148,6 +148,13 @@ fn test(root: &Path) -> Result<()> {
     let chromium = chromium()?;
     let chromium = chromium.to_string_lossy();
     env.push(("SURETY_CHROMIUM", &chromium));
+    // Anthropic's TypeScript SDK, run by node.
+    let node = debian_package("/usr/bin/node", "nodejs", "the suite's node clients")?;
+    let npm = debian_package("/usr/bin/npm", "npm", "installing the suite's node clients")?;
+    let node_clients = local_provider::node_clients(root, &npm)?;
+    let (node, node_clients) = (node.to_string_lossy(), node_clients.to_string_lossy());
+    env.push(("SURETY_NODE", &node));
+    env.push(("SURETY_NODE_CLIENTS", &node_clients));
     // Where skipped tests say so (`surety_testkit::skipped`), past libtest's capture.
     let skips = target_dir(root).join("test-skips.txt");
     remove_if_present(&skips)?;
