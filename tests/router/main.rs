@@ -81,6 +81,7 @@ mod anthropic_messages {
         a_cacheable_contracts_breakpoints_reach_anthropic_and_its_cache_usage_every_facade,
         an_output_only_routes_client_caching_reaches_anthropic_as_sent_and_is_named_where_not,
         the_anthropic_typescript_sdk_gets_its_message_once,
+        the_anthropic_sdks_idempotency_hook_makes_its_own_retries_one_job,
     );
 }
 

@@ -1039,3 +1039,33 @@ pub async fn the_anthropic_typescript_sdk_gets_its_message_once(db: &TestDb) {
     // ts-refund-1 (once, then replayed), ts-refund-2.
     assert_eq!(claude.calls(), 2, "one provider call per intent: {seen}");
 }
+
+/// Anthropic's Python SDK with its idempotency hook switched on, as
+/// docs/clients.md shows it.
+const HOOKED: &str = r#"
+import json, os
+import anthropic
+
+class SuretyAnthropic(anthropic.Anthropic):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._idempotency_header = "Idempotency-Key"
+
+client = SuretyAnthropic(base_url=os.environ["BASE_URL"], api_key=os.environ["API_KEY"], max_retries=2)
+ask = dict(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system=os.environ["SYSTEM_PROMPT"],
+           messages=[{"role": "user", "content": os.environ["USER_FRENCH"]}])
+seen = {}
+# Two calls: two intents, as far as the SDK can tell.
+seen["first"] = client.messages.create(**ask).id
+seen["second"] = client.messages.create(**ask).id
+# The next connection is dropped after the router answered it: the SDK retries on its own.
+raw = client.messages.with_raw_response.create(**ask)
+seen["retried"] = raw.parse().id
+seen["retries_taken"] = raw.retries_taken
+seen["replayed"] = raw.headers.get("idempotent-replayed")
+print(json.dumps(seen))
+"#;
+
+pub async fn the_anthropic_sdks_idempotency_hook_makes_its_own_retries_one_job(db: &TestDb) {
+    crate::sdk::hooked_retries_are_one_job(db, HOOKED).await;
+}

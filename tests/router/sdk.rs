@@ -287,6 +287,15 @@ fn header(message: &[u8], name: &str) -> Option<String> {
 /// are two jobs, and a call the SDK retries after a dropped connection is
 /// one job: the retry carries the same key and gets the stored answer.
 pub async fn the_sdks_idempotency_hook_makes_its_own_retries_one_job(db: &TestDb) {
+    hooked_retries_are_one_job(db, HOOKED).await;
+}
+
+/// A client `script` whose SDK sends its own key (its idempotency hook
+/// switched on) against the router's `language` route, through a proxy
+/// that drops the answer to the third request: two calls are two jobs, and
+/// the call whose connection dropped is one job, its retry answered from
+/// the store, with one provider call.
+pub async fn hooked_retries_are_one_job(db: &TestDb, script: &str) {
     let Some(python) = sdk_python() else { return };
     let fake = FakeProvider::start(language_script()).await.unwrap();
     let router = Router::one_route(db, &fake, "").await;
@@ -296,14 +305,16 @@ pub async fn the_sdks_idempotency_hook_makes_its_own_retries_one_job(db: &TestDb
     let french = language
         .render(&json!({"text": "Bonjour, je n'arrive pas à télécharger ma facture en PDF."}))
         .unwrap();
+    let max_tokens = language.limits.max_output_tokens.to_string();
     let seen = run_client(
         &python,
-        HOOKED,
+        script,
         &[
             ("BASE_URL", &proxy.url),
             ("API_KEY", ACME),
             ("SYSTEM_PROMPT", &french.system),
             ("USER_FRENCH", &french.user),
+            ("MAX_TOKENS", &max_tokens),
         ],
     )
     .await;
