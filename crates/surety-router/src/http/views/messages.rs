@@ -19,14 +19,16 @@ pub struct MessagesRequestDoc {
     pub model: String,
     /// The turns: `user` and `assistant`, their content text or blocks
     /// (`text`; an assistant's `tool_use` and `thinking`; a user's
-    /// `tool_result`).
+    /// `tool_result`), a turn's last block (or a `tool_result`) with a
+    /// `cache_control` on an output-only route.
     #[schema(value_type = Vec<Object>)]
     pub messages: Vec<Value>,
     /// Required: at least the contract's output limit (the provider is
     /// asked for the contract's own, which this bounds).
     pub max_tokens: u64,
     /// On a pinned route: the contract's rendered system prompt (text, or
-    /// text blocks).
+    /// text blocks, the last with `cache_control` where the contract
+    /// caches it, or on an output-only route).
     #[schema(value_type = Option<Object>)]
     pub system: Option<Value>,
     /// On a tool-call contract: exactly its certified tools.

@@ -93,7 +93,7 @@ fn version(headers: &HeaderMap) -> Result<(), AnthropicError> {
     ),
     request_body(content = MessagesRequestDoc, content_type = "application/json"),
     responses(
-        (status = 200, description = "The message, as JSON, or with `stream` as server-sent events (`message_start` … `message_stop`)", content(
+        (status = 200, description = "The message, as JSON, or with `stream` as server-sent events (`message_start` … `message_stop`); `surety-not-sent` names the client's `cache_control` and `anthropic-beta` where the provider that answered was not sent them", content(
             (MessageObject = "application/json"),
             (MessageEventDoc = "text/event-stream"),
         )),
