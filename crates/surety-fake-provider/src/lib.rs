@@ -138,6 +138,13 @@ pub enum Behavior {
     /// in the wire format's own words (OpenAI `finish_reason`, Anthropic
     /// `stop_reason`, Gemini `finishReason`).
     Finish { text: String, reason: String },
+    /// Does the work of the inner behavior (a normal answer, stored where
+    /// the request asked to `store` it), and the answer is lost on the
+    /// wire: nothing of it is sent, and the call never ends.
+    Lost(Box<Behavior>),
+    /// As [`Behavior::Lost`], but the answer's bytes up to its `id` are
+    /// sent before the rest is lost.
+    LostAfterId(Box<Behavior>),
     /// A thinking model's answer: its reasoning first (Gemini: a part
     /// flagged `thought`; Anthropic: a `thinking` block; OpenAI-compatible
     /// servers: `reasoning_content`), then the answer's text.
@@ -241,6 +248,11 @@ struct Log {
     cached: std::collections::HashSet<String>,
     /// The first answer given per Idempotency-Key (for `replay_by_key`).
     answered: HashMap<String, Bytes>,
+    /// The chat completions a request asked to `store`, oldest first.
+    stored: Vec<Value>,
+    /// How many times a stored completion was asked for (by id or by
+    /// metadata): never counted as calls.
+    lookups: u64,
 }
 
 #[derive(Debug)]
@@ -351,6 +363,16 @@ impl FakeProvider {
     }
 
     /// Answers kept to replay by key (none unless `replay_by_key`).
+    /// How many times a stored completion was asked for.
+    pub fn lookups(&self) -> u64 {
+        lock(&self.shared.log).lookups
+    }
+
+    /// The chat completions stored so far (each with its `metadata`).
+    pub fn stored(&self) -> Vec<Value> {
+        lock(&self.shared.log).stored.clone()
+    }
+
     pub fn answers_kept(&self) -> usize {
         lock(&self.shared.log).answered.len()
     }
@@ -392,7 +414,8 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(openai_chat))
+        .route("/v1/chat/completions", post(openai_chat).get(stored_list))
+        .route("/v1/chat/completions/{id}", get(stored_one))
         .route("/v1/messages", post(anthropic_messages))
         .route("/v1beta/models/{call}", post(gemini_generate))
         .route("/v1/models", get(models))
@@ -611,6 +634,19 @@ trait Answers {
     fn finish(&self, text: &str, reason: &str) -> Value;
     /// The reply, after a thinking model's `thought`.
     fn thought(&self, thought: &str, text: &str) -> Value;
+    /// The metadata to store the answer with, when the request asked to
+    /// `store` it (OpenAI's stored completions).
+    fn stored(&self) -> Option<&Value> {
+        None
+    }
+}
+
+/// How an answer is lost on the wire.
+#[derive(Clone, Copy, PartialEq)]
+enum Lost {
+    Not,
+    Silently,
+    AfterId,
 }
 
 /// Answers a request as its plan says.
@@ -621,8 +657,17 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
     }
     let key = plan.key.clone();
     let mut behavior = plan.behavior.clone();
+    let mut lost = Lost::Not;
     loop {
         behavior = match behavior {
+            Behavior::Lost(inner) => {
+                lost = Lost::Silently;
+                *inner
+            }
+            Behavior::LostAfterId(inner) => {
+                lost = Lost::AfterId;
+                *inner
+            }
             Behavior::Sequence(steps) => {
                 let at = (plan.rule_calls as usize).min(steps.len().saturating_sub(1));
                 steps.get(at).cloned().unwrap_or(Behavior::Hang)
@@ -656,7 +701,35 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
             .await;
         }
     };
+    if let Some(metadata) = ok.stored() {
+        let mut kept = body.clone();
+        kept["metadata"] = metadata.clone();
+        lock(&shared.log).stored.push(kept);
+    }
     let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    match lost {
+        Lost::Not => {}
+        Lost::Silently => return std::future::pending().await,
+        Lost::AfterId => {
+            // The bytes through the answer's id, then nothing more.
+            let id = body["id"].as_str().unwrap_or_default();
+            let member = format!("\"id\":\"{id}\"");
+            let end = String::from_utf8_lossy(&bytes)
+                .find(&member)
+                .map_or(0, |at| at + member.len());
+            let head = bytes.slice(..end);
+            let chunks = futures_util::StreamExt::chain(
+                futures_util::stream::iter([Ok::<Bytes, std::io::Error>(head)]),
+                futures_util::stream::pending(),
+            );
+            let mut response = Response::new(Body::from_stream(chunks));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            return response;
+        }
+    }
     if let Some(key) = key {
         lock(&shared.log)
             .answered
@@ -700,6 +773,8 @@ async fn misbehave(plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Respon
         | Behavior::Gated(_)
         | Behavior::Finish { .. }
         | Behavior::Thought { .. }
+        | Behavior::Lost(_)
+        | Behavior::LostAfterId(_)
         | Behavior::Huge { .. } => bad_request("the fake's plan is a normal answer"),
         Behavior::Drip { every_ms } => {
             let every = Duration::from_millis(every_ms.max(1));
@@ -796,6 +871,7 @@ async fn openai_chat(
         model: plan.model.clone(),
         prompt_tokens: word_count(&prompt_text(&body)),
         offers_tools: offers_tools(&body),
+        store: (body["store"] == json!(true)).then(|| body["metadata"].clone()),
     };
     answer(&shared, plan, &headers, &answers).await
 }
@@ -831,6 +907,8 @@ struct OpenAiAnswer {
     model: String,
     prompt_tokens: u64,
     offers_tools: bool,
+    /// The metadata the request asked its answer to be stored with.
+    store: Option<Value>,
 }
 
 impl OpenAiAnswer {
@@ -902,6 +980,65 @@ impl Answers for OpenAiAnswer {
         body["choices"][0]["message"]["reasoning_content"] = json!(thought);
         body
     }
+
+    fn stored(&self) -> Option<&Value> {
+        self.store.as_ref()
+    }
+}
+
+/// `GET /v1/chat/completions/{id}`: a stored completion, or OpenAI's 404.
+async fn stored_one(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let mut log = lock(&shared.log);
+    log.lookups += 1;
+    match log.stored.iter().find(|c| c["id"] == json!(id)) {
+        Some(completion) => axum::Json(completion.clone()).into_response(),
+        None => {
+            let body = json!({"error": {
+                "message": format!("No chat completion found with id '{id}'."),
+                "type": "invalid_request_error", "param": null, "code": "not_found",
+            }});
+            (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+        }
+    }
+}
+
+/// `GET /v1/chat/completions?metadata[k]=v&limit=n`: the stored
+/// completions whose metadata has every pair asked, oldest first.
+async fn stored_list(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Query(query): axum::extract::Query<Vec<(String, String)>>,
+) -> Response {
+    let wanted: Vec<(String, String)> = query
+        .iter()
+        .filter_map(|(k, v)| {
+            let key = k.strip_prefix("metadata[")?.strip_suffix(']')?;
+            Some((key.to_owned(), v.clone()))
+        })
+        .collect();
+    let limit = query
+        .iter()
+        .find(|(k, _)| k == "limit")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(20);
+    let mut log = lock(&shared.log);
+    log.lookups += 1;
+    let matching: Vec<&Value> = log
+        .stored
+        .iter()
+        .filter(|c| wanted.iter().all(|(k, v)| c["metadata"][k] == json!(v)))
+        .collect();
+    let data: Vec<Value> = matching.iter().take(limit).map(|c| (*c).clone()).collect();
+    axum::Json(json!({
+        "object": "list",
+        "first_id": data.first().map(|c| c["id"].clone()),
+        "last_id": data.last().map(|c| c["id"].clone()),
+        "has_more": matching.len() > data.len(),
+        "data": data,
+    }))
+    .into_response()
 }
 
 async fn anthropic_messages(

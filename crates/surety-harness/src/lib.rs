@@ -386,6 +386,7 @@ impl Certification {
                     "certify-{}-{}-{}-{index}-{n}",
                     run.id, self.config.id, contract.id
                 ),
+                ids: surety_providers::ResponseIds::default(),
             };
             samples.push(self.sample(contract, case, &request, &call, run).await);
             (self.on_sample)(&contract.id, &case.name);

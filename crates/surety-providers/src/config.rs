@@ -80,6 +80,9 @@ pub struct RawProviderConfig {
     pub tokenize_endpoint: Option<bool>,
     /// Whether the server takes tools (an OpenAI-compatible server may not).
     pub tool_calls: Option<bool>,
+    /// Whether the provider keeps each answer for surety to ask for later
+    /// (OpenAI's stored completions; off by default).
+    pub store: Option<bool>,
     /// Model ids besides `model` (and its dated snapshots) that may answer.
     pub served_models: Option<Vec<String>>,
     /// The most bytes of a response read (default 8 MiB).
@@ -221,6 +224,7 @@ impl ProviderConfig {
             capability("models_endpoint", kind.models_endpoint, raw.models_endpoint)?;
         let seed = capability("seed", kind.seed, raw.seed)?;
         let tool_calls = capability("tool_calls", kind.tool_calls, raw.tool_calls)?;
+        let store = capability("store", kind.store, raw.store)?;
         let tokenizer = match raw.tokenizer.as_deref() {
             None | Some("none") => TokenizerConfig::None,
             Some("server") if tokenize_endpoint => TokenizerConfig::Server,
@@ -281,6 +285,7 @@ impl ProviderConfig {
                 seed,
                 idempotency_header,
                 tool_calls,
+                store,
             },
             tokenizer,
             context_window: raw.context_window,
@@ -337,7 +342,7 @@ impl ProviderConfig {
     /// certificate is bound to its canonical hash; the router compares it
     /// field by field to say what changed.
     pub fn behaviour(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut behaviour = serde_json::json!({
             "kind": self.kind.to_string(),
             "base_url": self.base_url,
             "model": self.model,
@@ -345,7 +350,25 @@ impl ProviderConfig {
             "tokenizer": self.tokenizer.to_string(),
             "context_window": self.context_window,
             "seed": self.capabilities.seed,
-        })
+        });
+        // Storing every answer (with its attempt's metadata) is part of
+        // the certified request where it is on; a certificate made before
+        // it was named keeps its hash.
+        if self.capabilities.store {
+            behaviour["store"] = serde_json::Value::Bool(true);
+        }
+        behaviour
+    }
+
+    /// How this provider's unknown attempts can be resolved by asking it:
+    /// its kind's way, where the configuration allows it (stored
+    /// completions need `store = true`).
+    pub fn reconciliation(&self) -> crate::kinds::Reconciliation {
+        use crate::kinds::Reconciliation;
+        match spec(self.kind).reconciliation {
+            Reconciliation::StoredCompletions if !self.capabilities.store => Reconciliation::None,
+            way => way,
+        }
     }
 
     /// Reads the API key through `lookup` (the environment, in
@@ -396,6 +419,7 @@ fn serialize_capabilities<S: serde::Serializer>(
         seed: bool,
         idempotency_header: Option<&'a str>,
         tool_calls: bool,
+        store: bool,
     }
     Shown {
         structured_output: &caps.structured_output,
@@ -404,6 +428,7 @@ fn serialize_capabilities<S: serde::Serializer>(
         seed: caps.seed,
         idempotency_header: caps.idempotency_header.as_deref(),
         tool_calls: caps.tool_calls,
+        store: caps.store,
     }
     .serialize(s)
 }

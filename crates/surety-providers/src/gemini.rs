@@ -77,6 +77,7 @@ impl GeminiProvider {
 impl Wire for GeminiProvider {
     type Answer = WireResponse;
     const ANSWER: &'static str = "a generateContent response";
+    const ID_MEMBER: &'static str = "responseId";
 
     fn parts(&self) -> (&ProviderConfig, &HttpClient) {
         (&self.config, &self.http)

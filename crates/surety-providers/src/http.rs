@@ -145,7 +145,22 @@ impl HttpClient {
         what: &str,
     ) -> Result<JsonAnswer<T>, ProviderError> {
         let request = self.client.post(url.clone()).headers(headers).json(body);
-        self.send(request, what).await
+        self.send(request, what, None).await
+    }
+
+    /// As [`HttpClient::post_json`], telling `ids` the answer's top-level
+    /// member `member` (the provider's id for it) as soon as the bytes up to
+    /// it have arrived, before the rest of the answer.
+    pub(crate) async fn post_json_telling<T: DeserializeOwned>(
+        &self,
+        url: &Url,
+        headers: HeaderMap,
+        body: &Value,
+        what: &str,
+        ids: (&'static str, &crate::ResponseIds),
+    ) -> Result<JsonAnswer<T>, ProviderError> {
+        let request = self.client.post(url.clone()).headers(headers).json(body);
+        self.send(request, what, Some(ids)).await
     }
 
     pub(crate) async fn get_json<T: DeserializeOwned>(
@@ -154,7 +169,7 @@ impl HttpClient {
         headers: HeaderMap,
         what: &str,
     ) -> Result<JsonAnswer<T>, ProviderError> {
-        self.send(self.client.get(url.clone()).headers(headers), what)
+        self.send(self.client.get(url.clone()).headers(headers), what, None)
             .await
     }
 
@@ -162,8 +177,9 @@ impl HttpClient {
         &self,
         request: reqwest::RequestBuilder,
         what: &str,
+        ids: Option<(&'static str, &crate::ResponseIds)>,
     ) -> Result<JsonAnswer<T>, ProviderError> {
-        let result = self.exchange(request, what).await;
+        let result = self.exchange(request, what, ids).await;
         match &result {
             Ok(answer) => {
                 tracing::debug!(provider = %self.provider, latency_ms = answer.latency.as_millis() as u64, "provider answered")
@@ -179,12 +195,15 @@ impl HttpClient {
         &self,
         request: reqwest::RequestBuilder,
         what: &str,
+        ids: Option<(&'static str, &crate::ResponseIds)>,
     ) -> Result<JsonAnswer<T>, ProviderError> {
         let started = Instant::now();
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
-        let body = read_capped(response, self.max_body).await;
+        // Only a success's body names the answer.
+        let ids = ids.filter(|(_, ids)| ids.listening() && classify_status(status).is_none());
+        let body = read_capped(response, self.max_body, ids).await;
         let latency = started.elapsed();
         if let Some(kind) = classify_status(status) {
             let text = match &body {
@@ -348,9 +367,15 @@ impl HttpClient {
 /// A response's body, read chunk by chunk and given up on past `limit`
 /// bytes (a declared Content-Length past it is refused before reading), so
 /// no answer can make the router hold more than `limit` of it.
+///
+/// With `ids`, the body's top-level member named there is told as soon as
+/// the bytes up to its end have arrived (looked for in the first
+/// [`ID_SCAN_LIMIT`] bytes only: the kinds that name their answer do so
+/// first).
 async fn read_capped(
     mut response: reqwest::Response,
     limit: usize,
+    mut ids: Option<(&'static str, &crate::ResponseIds)>,
 ) -> Result<bytes::Bytes, BodyError> {
     if response
         .content_length()
@@ -364,8 +389,57 @@ async fn read_capped(
             return Err(BodyError::TooLarge { limit });
         }
         body.extend_from_slice(&chunk);
+        if let Some((member, sink)) = ids {
+            if let Some(id) = leading_member(&body, member) {
+                sink.tell(&id);
+                ids = None;
+            } else if body.len() > ID_SCAN_LIMIT {
+                ids = None;
+            }
+        }
     }
     Ok(body.freeze())
+}
+
+/// How far into an answer its id is looked for as it arrives.
+const ID_SCAN_LIMIT: usize = 64 * 1024;
+
+/// The string value of `member`, a top-level member of the JSON object
+/// that `bytes` begins (and may be cut short of ending): found once the
+/// bytes up to the value's end are there, and only if every member before
+/// it parses.
+pub(crate) fn leading_member(bytes: &[u8], member: &str) -> Option<String> {
+    use serde::Deserializer as _;
+    use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+    struct Seek<'a> {
+        member: &'a str,
+        found: &'a mut Option<String>,
+    }
+    impl<'de> Visitor<'de> for Seek<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == self.member {
+                    *self.found = map.next_value::<String>().ok();
+                    return Ok(());
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+    let mut found = None;
+    // A body cut short ends in an error after the member was read: the
+    // error says nothing the caller needs.
+    let _ = serde_json::Deserializer::from_slice(bytes).deserialize_map(Seek {
+        member,
+        found: &mut found,
+    });
+    found.filter(|id| !id.is_empty())
 }
 
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {

@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use serde::Serialize;
+
 use crate::config::{ConfigError, ProviderConfig, ProviderKind};
 use crate::secret::Secret;
 use crate::{Finish, Provider, StructuredMode, anthropic, gemini, openai};
@@ -30,6 +32,31 @@ impl Support {
             (Support::No, Some(true)) => Err("this kind of provider has no such capability"),
             (Support::No, _) => Ok(false),
             (Support::Yes { default }, asked) => Ok(asked.unwrap_or(default)),
+        }
+    }
+}
+
+/// How a kind's provider can be asked, after an attempt went unknown,
+/// whether it did the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reconciliation {
+    /// OpenAI's stored chat completions (`store: true`): read back by the
+    /// id the answer began with (`GET /chat/completions/{id}`), else found
+    /// by the attempt's metadata (`GET /chat/completions?metadata[…]`). Only
+    /// where the provider's configuration opts in to `store`.
+    StoredCompletions,
+    /// It cannot be asked: an unknown attempt waits for a late answer or
+    /// an operator.
+    None,
+}
+
+impl Reconciliation {
+    /// Its name, as `/v1/providers` and the pages say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reconciliation::StoredCompletions => "stored-completions",
+            Reconciliation::None => "none",
         }
     }
 }
@@ -62,6 +89,14 @@ pub struct KindSpec {
     /// Anthropic `tools`/`tool_choice` → `tool_use` blocks; Gemini
     /// `functionDeclarations`/`toolConfig` → `functionCall` parts.
     pub tool_calls: Support,
+    /// Whether the provider keeps its answers for surety to ask for later
+    /// (`store = true`: OpenAI's stored chat completions, which may be
+    /// read back by id or found by their metadata). Storage has privacy
+    /// consequences: it is off unless the configuration opts in.
+    pub store: Support,
+    /// How an unknown attempt can be resolved by asking the provider
+    /// whether it did the work, where the kind can tell at all.
+    pub reconciliation: Reconciliation,
     /// Where the answer says why it ended (`finish_reason`, ...).
     pub finish_field: &'static str,
     /// Every finish reason the kind documents, and what it means; any
@@ -86,6 +121,8 @@ pub static OPENAI: KindSpec = KindSpec {
     models_endpoint: Support::Yes { default: true },
     idempotency_header: Some("Idempotency-Key"),
     tool_calls: Support::Yes { default: true },
+    store: Support::Yes { default: false },
+    reconciliation: Reconciliation::StoredCompletions,
     finish_field: "finish_reason",
     finish_reasons: &[
         ("stop", Finish::Complete),
@@ -119,6 +156,9 @@ pub static ANTHROPIC: KindSpec = KindSpec {
     models_endpoint: Support::No,
     idempotency_header: None,
     tool_calls: Support::Yes { default: true },
+    store: Support::No,
+    // Anthropic keeps no message to read back: an unknown stays unknown.
+    reconciliation: Reconciliation::None,
     finish_field: "stop_reason",
     finish_reasons: &[
         ("end_turn", Finish::Complete),
@@ -152,6 +192,9 @@ pub static GEMINI: KindSpec = KindSpec {
     models_endpoint: Support::No,
     idempotency_header: None,
     tool_calls: Support::Yes { default: true },
+    store: Support::No,
+    // generateContent keeps nothing to read back: an unknown stays unknown.
+    reconciliation: Reconciliation::None,
     finish_field: "finishReason",
     finish_reasons: &[
         ("STOP", Finish::Complete),

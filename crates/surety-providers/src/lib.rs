@@ -63,6 +63,13 @@ pub trait Provider: Send + Sync + fmt::Debug {
         call: &'a CallContext,
     ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>>;
 
+    /// Asks the provider whether an earlier call did the work, where the
+    /// provider keeps what it did ([`ProviderConfig::reconciliation`]); by
+    /// default it cannot be asked, and the question is refused.
+    fn look_up<'a>(&'a self, _lookup: Lookup<'a>) -> BoxFuture<'a, Result<Found, ProviderError>> {
+        refused(self.id(), NO_LOOKUP)
+    }
+
     /// The models the server says it serves (`/v1/models`), when it has
     /// such an endpoint; by default it has none, and the call is refused.
     fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
@@ -84,6 +91,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
     }
 }
 
+pub(crate) const NO_LOOKUP: &str =
+    "this provider keeps nothing to ask about an earlier call (reconciliation: none)";
 pub(crate) const NO_MODELS_ENDPOINT: &str = "this provider declares no models endpoint";
 pub(crate) const NO_TOKENIZE_ENDPOINT: &str = "this provider declares no tokenize endpoint";
 
@@ -279,8 +288,13 @@ pub fn not_sent(messages: &[Message], beta: bool, kind: ProviderKind) -> Vec<&'s
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallContext {
     /// Sent as the provider-side idempotency key where the provider takes
-    /// one; derived from the attempt, so a retry of the same attempt reuses it.
+    /// one; derived from the attempt, so a retry of the same attempt reuses
+    /// it. It also names the attempt in a stored answer's metadata
+    /// ([`ATTEMPT_METADATA`]), where the provider stores answers.
     pub idempotency_key: String,
+    /// Where the adapter tells the provider's id for its answer as soon as
+    /// it has read it, before the rest of the answer.
+    pub ids: ResponseIds,
 }
 
 impl CallContext {
@@ -288,8 +302,101 @@ impl CallContext {
     pub fn for_attempt(job_id: &str, ordinal: i64) -> CallContext {
         CallContext {
             idempotency_key: format!("surety-{job_id}-{ordinal}"),
+            ids: ResponseIds::default(),
         }
     }
+
+    /// This call, telling the provider's response id to `ids`.
+    pub fn telling(self, ids: ResponseIds) -> CallContext {
+        CallContext { ids, ..self }
+    }
+}
+
+/// The metadata key a stored answer carries its attempt under
+/// (`{"surety_attempt": <the call's idempotency key>}`), by which an
+/// answer lost on the wire is found afterwards.
+pub const ATTEMPT_METADATA: &str = "surety_attempt";
+
+/// Where an adapter tells the provider's id for the answer it is reading
+/// (`chatcmpl-…`, `msg_…`, Gemini's `responseId`) the moment it reads it.
+/// Told at most once; nobody listening is fine.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseIds(Option<std::sync::Arc<tokio::sync::watch::Sender<Option<String>>>>);
+
+impl ResponseIds {
+    /// A sink and the receiver that sees what it is told.
+    pub fn channel() -> (ResponseIds, tokio::sync::watch::Receiver<Option<String>>) {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        (ResponseIds(Some(std::sync::Arc::new(tx))), rx)
+    }
+
+    /// Tells `id`, unless an id was told already.
+    pub(crate) fn tell(&self, id: &str) {
+        if let Some(tx) = &self.0 {
+            tx.send_if_modified(|held| {
+                let first = held.is_none();
+                if first {
+                    *held = Some(id.to_owned());
+                }
+                first
+            });
+        }
+    }
+
+    /// Whether anyone is told (an attempt's call, not a certification's).
+    pub(crate) fn listening(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// A sink says nothing of the call it belongs to: every two are alike.
+impl PartialEq for ResponseIds {
+    fn eq(&self, _: &ResponseIds) -> bool {
+        true
+    }
+}
+
+impl Eq for ResponseIds {}
+
+/// A question about an earlier call: did the provider do the work?
+#[derive(Debug, Clone, Copy)]
+pub struct Lookup<'a> {
+    /// The request the call sent (its answer is read as that request's).
+    pub request: &'a ChatRequest,
+    /// The provider's id for the answer, where the call read it.
+    pub response_id: Option<&'a str>,
+    /// The call's idempotency key: the attempt's name in the stored
+    /// answer's metadata.
+    pub attempt: &'a str,
+}
+
+impl Lookup<'_> {
+    /// How the question is asked: by the id where there is one, else by
+    /// the attempt's metadata.
+    pub fn by(&self) -> &'static str {
+        match self.response_id {
+            Some(_) => "id",
+            None => "metadata",
+        }
+    }
+}
+
+/// What the provider said of an earlier call.
+#[derive(Debug)]
+pub enum Found {
+    /// It did the work: its answer, read as the call's would have been,
+    /// and the provider's id for it.
+    Answered {
+        response: ChatResponse,
+        id: Option<String>,
+    },
+    /// It did not, and never will (failed, cancelled or expired there):
+    /// the provider's words.
+    Ended(String),
+    /// It is still at work there.
+    Running(String),
+    /// Nothing found: no proof either way.
+    NotFound,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -453,4 +560,7 @@ pub struct Capabilities {
     pub idempotency_header: Option<String>,
     /// Tools can be offered and called (a tool-call contract).
     pub tool_calls: bool,
+    /// Every answer is stored at the provider, with the attempt's
+    /// metadata, to be asked for later (OpenAI's `store: true`).
+    pub store: bool,
 }

@@ -15,8 +15,8 @@ use crate::secret::Secret;
 use crate::tools::{Arguments, Made};
 use crate::wire::Wire;
 use crate::{
-    BoxFuture, CallContext, ChatRequest, ChatResponse, OutputFormat, Provider, ProviderError, Role,
-    StructuredMode, ToolPick, Usage,
+    BoxFuture, CallContext, ChatRequest, ChatResponse, Found, Lookup, OutputFormat, Provider,
+    ProviderError, Role, StructuredMode, ToolPick, Usage,
 };
 
 #[derive(Debug)]
@@ -69,6 +69,16 @@ impl Wire for OpenAiProvider {
         call: &CallContext,
     ) -> Result<HeaderMap, ProviderError> {
         OpenAiProvider::headers(self, Some(call))
+    }
+
+    /// With `store = true`, every call is stored at the provider with the
+    /// attempt's name in its metadata, to be found afterwards if its answer
+    /// is lost on the wire.
+    fn stamp(&self, body: &mut Value, call: &CallContext) {
+        if self.config.capabilities.store {
+            body["store"] = Value::Bool(true);
+            body["metadata"] = json!({ crate::ATTEMPT_METADATA: call.idempotency_key });
+        }
     }
 
     /// The request body this adapter sends for `request`; public so that
@@ -300,8 +310,69 @@ impl OpenAiProvider {
     }
 }
 
+impl OpenAiProvider {
+    /// A stored completion: by its id (`GET /chat/completions/{id}`), else
+    /// the newest whose metadata names the attempt
+    /// (`GET /chat/completions?metadata[surety_attempt]=…`), read as the
+    /// call's own answer would have been.
+    async fn stored(&self, lookup: Lookup<'_>) -> Result<Found, ProviderError> {
+        if !self.config.capabilities.store {
+            return Err(ProviderError::not_sent(&self.config.id, crate::NO_LOOKUP));
+        }
+        let mut url = self.chat_url.clone();
+        let answer = match lookup.response_id {
+            Some(id) => {
+                url.path_segments_mut()
+                    .map_err(|()| ProviderError::not_sent(&self.config.id, "the base URL cannot take a path"))?
+                    .push(id);
+                match self
+                    .http
+                    .get_json::<WireResponse>(&url, self.headers(None)?, "a stored chat completion")
+                    .await
+                {
+                    Ok(answer) => Some(answer.body),
+                    Err(e) if e.status == Some(404) => None,
+                    Err(e) => return Err(e),
+                }
+            }
+            None => {
+                url.query_pairs_mut()
+                    .append_pair(&format!("metadata[{}]", crate::ATTEMPT_METADATA), lookup.attempt)
+                    .append_pair("limit", "1");
+                let list: StoredList = self
+                    .http
+                    .get_json(&url, self.headers(None)?, "a list of stored chat completions")
+                    .await?
+                    .body;
+                list.data.into_iter().next()
+            }
+        };
+        let Some(answer) = answer else {
+            return Ok(Found::NotFound);
+        };
+        // The answer is read as the call's: one that is no answer (a
+        // refusal, a cut) is a definite end, the work done and unusable.
+        let id = answer.id.clone();
+        match self.read(lookup.request, answer, Duration::ZERO) {
+            Ok(response) => Ok(Found::Answered { response, id }),
+            Err(e) if e.class() == crate::FailureClass::Definite => Ok(Found::Ended(e.to_string())),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `GET /chat/completions?metadata[…]`: a page of stored completions.
+#[derive(Deserialize)]
+struct StoredList {
+    data: Vec<WireResponse>,
+}
+
 impl Provider for OpenAiProvider {
     crate::wire::provider_methods!();
+
+    fn look_up<'a>(&'a self, lookup: Lookup<'a>) -> BoxFuture<'a, Result<Found, ProviderError>> {
+        Box::pin(self.stored(lookup))
+    }
 
     fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
         Box::pin(async move {
@@ -346,6 +417,9 @@ fn wire_name(name: &str) -> String {
 
 #[derive(Deserialize)]
 pub(crate) struct WireResponse {
+    /// `chatcmpl-…`.
+    #[serde(default)]
+    id: Option<String>,
     model: String,
     choices: Vec<WireChoice>,
     usage: Option<WireUsage>,

@@ -20,6 +20,8 @@ pub(crate) trait Wire: Sync {
     type Answer: DeserializeOwned;
     /// What the answer is, in words, for an answer that does not parse.
     const ANSWER: &'static str;
+    /// The answer's top-level member that holds the provider's id for it.
+    const ID_MEMBER: &'static str = "id";
 
     /// The provider's configuration and its HTTP client.
     fn parts(&self) -> (&ProviderConfig, &HttpClient);
@@ -31,6 +33,10 @@ pub(crate) trait Wire: Sync {
         call: &CallContext,
     ) -> Result<HeaderMap, ProviderError>;
     fn request_body(&self, request: &ChatRequest) -> Result<Value, ProviderError>;
+    /// What this call's body carries beyond the request's own (OpenAI's
+    /// stored completions: `store` and the attempt's metadata); nothing by
+    /// default.
+    fn stamp(&self, _body: &mut Value, _call: &CallContext) {}
     /// The answer to `request`, read; `latency` is the call's.
     fn read(
         &self,
@@ -48,9 +54,16 @@ pub(crate) async fn chat<W: Wire>(
 ) -> Result<ChatResponse, ProviderError> {
     let (config, http) = wire.parts();
     config.capabilities.check(&config.id, request)?;
-    let body = wire.request_body(request)?;
+    let mut body = wire.request_body(request)?;
+    wire.stamp(&mut body, call);
     let answer = http
-        .post_json::<W::Answer>(wire.url(), wire.headers(request, call)?, &body, W::ANSWER)
+        .post_json_telling::<W::Answer>(
+            wire.url(),
+            wire.headers(request, call)?,
+            &body,
+            W::ANSWER,
+            (W::ID_MEMBER, &call.ids),
+        )
         .await?;
     wire.read(request, answer.body, answer.latency)
 }

@@ -2,7 +2,7 @@
 //! `serve`, which runs it on a listener until shutdown and then winds down
 //! the work in flight; and the background work of a running router
 //! (manifest reloads, lifting demotions a newer certification lifts, the
-//! reaper, pruning).
+//! reaper, the reconciler, pruning).
 
 use std::time::Duration;
 
@@ -93,12 +93,33 @@ impl AppState {
                         Ok(_) => {}
                         Err(e) => tracing::error!(error = %e, "reaper failed"),
                     }
+                    state.reconcile();
                 }
                 // Every tick, so each pass is short (at 500 jobs/s, four
                 // batches instead of sixteen back to back every 2 s).
                 state.prune().await;
             }
         })
+    }
+
+    /// Starts a reconciler's pass on the task tracker (stopped with the
+    /// rest of the work at shutdown), unless one is running.
+    pub fn reconcile(&self) {
+        use std::sync::atomic::Ordering;
+        if self.inner.reconciling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        /// Lets the next pass start when this one ends, however it ends.
+        struct Done(AppState);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.inner.reconciling.store(false, Ordering::Release);
+            }
+        }
+        let done = Done(self.clone());
+        self.inner.tasks.spawn(async move {
+            crate::jobs::reconcile::pass(&done.0).await;
+        });
     }
 
     /// Deletes the settled jobs past retention, a small batch per write so

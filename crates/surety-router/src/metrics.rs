@@ -31,6 +31,9 @@ pub struct Metrics {
     /// and wrote to it, by provider.
     pub cache_read_tokens: IntCounterVec,
     pub cache_write_tokens: IntCounterVec,
+    /// The reconciler's questions about unknown attempts, by provider and
+    /// what it said (`answered`, `ended`, `running`, `not_found`, `error`).
+    pub reconciliations: IntCounterVec,
     pub lost_races: IntCounter,
     pub late_results_discarded: IntCounter,
     pub results_held: IntGauge,
@@ -84,6 +87,11 @@ impl Metrics {
             "Prompt tokens of answered provider calls that the provider wrote to its prompt cache, by provider",
             &["provider"],
         )?;
+        let reconciliations = counters(
+            "surety_reconciliations_total",
+            "Questions the reconciler asked a provider about an unknown attempt (did it do the work?), by provider and outcome (answered, ended, running, not_found, error)",
+            &["provider", "outcome"],
+        )?;
         let live_checks = counters(
             "surety_live_checks_total",
             "The router's own checks (shadow calls and scheduled re-checks) by provider, contract, source and outcome (kept, broke, disagreed, failed)",
@@ -121,6 +129,7 @@ impl Metrics {
         Ok(Metrics {
             cache_read_tokens,
             cache_write_tokens,
+            reconciliations,
             live_checks,
             live_tokens,
             live_budget_exhausted,

@@ -222,6 +222,8 @@ mod tests {
             unknown_since_ms: None,
             finished_at_ms: None,
             error: None,
+            provider_response_id: None,
+            asked_at_ms: None,
         };
         let second = match open {
             true => AttemptState::Started,

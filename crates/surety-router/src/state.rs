@@ -46,6 +46,8 @@ pub struct Inner {
     /// The attempts this router is calling a provider for right now: what a
     /// shutdown marks `unknown` when its grace period runs out.
     pub in_flight: std::sync::Mutex<BTreeMap<(String, i64), surety_store::AttemptHandle>>,
+    /// A reconciler's pass is running: the next waits for it to end.
+    pub reconciling: std::sync::atomic::AtomicBool,
     /// Wakes the requests waiting on a job when it settles here.
     pub settled: Arc<Settled>,
     /// The operator's signed-in sessions.
@@ -271,6 +273,7 @@ impl AppState {
                 metrics: Metrics::new()?,
                 limits: Limits::from_config(config),
                 in_flight: std::sync::Mutex::default(),
+                reconciling: std::sync::atomic::AtomicBool::new(false),
                 settled: Arc::default(),
                 sessions: Sessions::new(config.operator_session),
                 failures: Failures::new(config.max_failed_auth),

@@ -279,6 +279,7 @@ fn answer(n: i64) -> Answer {
     Answer {
         result: json!({"n": n}),
         completion: None,
+        response_id: None,
     }
 }
 

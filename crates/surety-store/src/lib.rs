@@ -27,8 +27,8 @@ mod trust;
 pub use error::{Outage, StoreError};
 pub use model::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, JobKind,
-    Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict, NewJob, Outcome, OwnerId, Race, Slot,
-    StartAttempt, Trust,
+    Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict, NewJob, Outcome, OwnerId, Question,
+    Race, Slot, StartAttempt, Trust, UnknownAttempt,
 };
 pub use store::{Backend, SqliteSync, Store, StoreOptions};
 

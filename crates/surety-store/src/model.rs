@@ -193,6 +193,31 @@ pub struct AttemptHandle {
     pub base_version: i64,
 }
 
+/// An unknown attempt the reconciler may ask its provider about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnknownAttempt {
+    pub owner: OwnerId,
+    pub attempt: Attempt,
+}
+
+/// One question the reconciler asked a provider about an unknown attempt,
+/// and what the provider said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    pub ordinal: i64,
+    /// Its number among the attempt's questions (1, 2, …).
+    pub n: i64,
+    pub provider: String,
+    pub asked_at_ms: i64,
+    /// `id` (the provider's id for the answer) or `metadata` (the
+    /// attempt's name in the stored answer's metadata).
+    pub asked_by: String,
+    /// `answered`, `ended`, `running`, `not_found` or `error`.
+    pub outcome: String,
+    /// What it said, in words.
+    pub detail: String,
+}
+
 /// An attempt named by its job and ordinal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AttemptRef {
@@ -215,6 +240,10 @@ pub struct Attempt {
     pub unknown_since_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
     pub error: Option<String>,
+    /// The provider's id for this attempt's answer, as soon as it was read.
+    pub provider_response_id: Option<String>,
+    /// When the reconciler last asked the provider about it.
+    pub asked_at_ms: Option<i64>,
 }
 
 /// How an attempt ended at its provider.
@@ -235,6 +264,9 @@ pub struct Answer {
     /// The provider's own record of the call (usage, finish reason), kept
     /// with the job when this answer wins.
     pub completion: Option<Value>,
+    /// The provider's id for the answer, written on the attempt where it
+    /// was not yet.
+    pub response_id: Option<String>,
 }
 
 impl From<Value> for Answer {
@@ -242,6 +274,7 @@ impl From<Value> for Answer {
         Answer {
             result,
             completion: None,
+            response_id: None,
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::conn::{Conn, Param, Val, Values};
 use crate::sql::{Returning, Sql};
 use crate::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, JobKind, NewJob,
-    OwnerId, Race, Slot, StoreError, Trust,
+    OwnerId, Question, Race, Slot, StoreError, Trust, UnknownAttempt,
 };
 
 use Param::{Int, OptText, Text};
@@ -470,7 +470,15 @@ pub(crate) async fn complete<C: Conn>(
     .await?;
     if let Some(row) = won {
         let job = job_from(&row)?;
-        close_attempt(c, sql, handle, AttemptState::Succeeded, None).await?;
+        close_attempt(
+            c,
+            sql,
+            handle,
+            AttemptState::Succeeded,
+            None,
+            answer.response_id.as_deref(),
+        )
+        .await?;
         return Ok(Finish::Won(Box::new(job)));
     }
     // Lost: close the attempt if it is still open and record the race.
@@ -485,7 +493,7 @@ pub(crate) async fn complete<C: Conn>(
         state => return Err(refusal(state, AttemptEvent::Won)),
     };
     if attempt.state.is_open() {
-        close_attempt(c, sql, handle, AttemptState::Lost, Some(reason)).await?;
+        close_attempt(c, sql, handle, AttemptState::Lost, Some(reason), None).await?;
     }
     let race_id = uuid::Uuid::now_v7().to_string();
     c.execute(
@@ -565,7 +573,12 @@ pub(crate) async fn complete_at_once<C: Conn>(
         return Ok(None);
     };
     let (result, completion) = answer_texts(answer);
-    let params = cas_params(handle, &result, completion.as_deref());
+    let params = cas_close_params(
+        handle,
+        &result,
+        completion.as_deref(),
+        answer.response_id.as_deref(),
+    );
     let rows = c.rows(statement, &params).await?;
     // The attempt closed here is among them whenever they came.
     Ok(job_rows(&rows)?.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts))))
@@ -608,12 +621,17 @@ pub(crate) async fn complete_many<C: Conn>(
         let ordinals: Vec<i64> = first.iter().map(|&i| items[i].0.ordinal).collect();
         let results: Vec<&str> = texts.iter().map(|(r, _)| r.as_str()).collect();
         let completions: Vec<Option<&str>> = texts.iter().map(|(_, c)| c.as_deref()).collect();
+        let response_ids: Vec<Option<&str>> = first
+            .iter()
+            .map(|&i| items[i].1.response_id.as_deref())
+            .collect();
         let params = [
             Param::Texts(&ids),
             Param::Ints(&versions),
             Param::Texts(&results),
             Param::Ints(&ordinals),
             Param::OptTexts(&completions),
+            Param::OptTexts(&response_ids),
         ];
         let rows = c.rows(statement, &params).await?;
         // A job's rows come together (ordered by its id, its first column).
@@ -660,6 +678,18 @@ fn cas_params<'a>(
     ]
 }
 
+/// The one-statement compare-and-swap's parameters: [`cas_params`], then
+/// the answer's response id for the attempt it closes.
+fn cas_close_params<'a>(
+    handle: &'a AttemptHandle,
+    result: &'a str,
+    completion: Option<&'a str>,
+    response_id: Option<&'a str>,
+) -> [Param<'a>; 6] {
+    let [a, b, c, d, e] = cas_params(handle, result, completion);
+    [a, b, c, d, e, OptText(response_id)]
+}
+
 /// A definite failure: the attempt is `failed`; the job waits for the next
 /// attempt, or is `failed` when the caller gives up.
 pub(crate) async fn fail<C: Conn>(
@@ -670,7 +700,7 @@ pub(crate) async fn fail<C: Conn>(
     give_up: bool,
 ) -> Result<Finish, StoreError> {
     lock_job_unscoped(c, sql, &handle.job_id).await?;
-    if !close_attempt(c, sql, handle, AttemptState::Failed, Some(error)).await? {
+    if !close_attempt(c, sql, handle, AttemptState::Failed, Some(error), None).await? {
         return Err(refused(c, sql, &handle.job_id, handle.ordinal, AttemptEvent::Failed).await);
     }
     let idle = match give_up {
@@ -727,7 +757,7 @@ pub(crate) async fn cancel_attempt<C: Conn>(
         provider: String::new(),
         base_version: 0,
     };
-    if !close_attempt(c, sql, &handle, AttemptState::Cancelled, Some(reason)).await? {
+    if !close_attempt(c, sql, &handle, AttemptState::Cancelled, Some(reason), None).await? {
         return Err(refused(c, sql, job_id, ordinal, AttemptEvent::Cancelled).await);
     }
     settle(c, sql, job_id, JobState::Queued).await
@@ -784,6 +814,108 @@ pub(crate) async fn delete_response<C: Conn>(
         .execute(&sql.delete_response, &[Text(&job_id.0), Text(&owner.0)])
         .await?;
     Ok(deleted == 1)
+}
+
+/// Notes the provider's id for an attempt's answer, once (a later note,
+/// or the answer's own, keeps the first). The job's row is written first,
+/// as by every write that changes an attempt.
+pub(crate) async fn note_response_id<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+    ordinal: i64,
+    id: &str,
+) -> Result<bool, StoreError> {
+    lock_job_unscoped(c, sql, job_id).await?;
+    let noted = c
+        .execute(
+            &sql.note_response_id,
+            &[Text(&job_id.0), Int(ordinal), Text(id)],
+        )
+        .await?;
+    Ok(noted == 1)
+}
+
+/// Provider `provider`'s unknown attempts due a question: unknown for at
+/// least `after_ms`, last asked at least `every_ms` ago (or never), and
+/// unknown for less than `horizon_ms`; least recently asked first.
+pub(crate) async fn due_unknowns<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    provider: &str,
+    (after_ms, every_ms, horizon_ms): (i64, i64, i64),
+    limit: i64,
+) -> Result<Vec<UnknownAttempt>, StoreError> {
+    c.rows(
+        &sql.select_due_unknowns,
+        &[
+            Text(provider),
+            Int(after_ms),
+            Int(every_ms),
+            Int(horizon_ms),
+            Int(limit),
+        ],
+    )
+    .await?
+    .iter()
+    .map(|row| {
+        let (attempt, rest) = row.split_at(ATTEMPT_WIDTH.min(row.len()));
+        Ok(UnknownAttempt {
+            attempt: attempt_from(attempt)?,
+            owner: OwnerId(col(rest, 0, "owner_id")?.text("owner_id")?),
+        })
+    })
+    .collect()
+}
+
+/// Records a question about an attempt and its answer, and when the
+/// attempt was last asked about. The job's row is written first.
+pub(crate) async fn record_question<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    q: &Question,
+    job_id: &JobId,
+) -> Result<(), StoreError> {
+    lock_job_unscoped(c, sql, job_id).await?;
+    c.execute(
+        &sql.insert_question,
+        &[
+            Text(&job_id.0),
+            Int(q.ordinal),
+            Text(&q.provider),
+            Text(&q.asked_by),
+            Text(&q.outcome),
+            Text(&q.detail),
+        ],
+    )
+    .await?;
+    c.execute(&sql.mark_asked, &[Text(&job_id.0), Int(q.ordinal)])
+        .await?;
+    Ok(())
+}
+
+/// A job's questions, by attempt, in order.
+pub(crate) async fn questions<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+) -> Result<Vec<Question>, StoreError> {
+    c.rows(&sql.select_questions, &[Text(&job_id.0)])
+        .await?
+        .iter()
+        .map(|row| {
+            let get = |i: usize, name: &str| col(row, i, name);
+            Ok(Question {
+                ordinal: get(0, "ordinal")?.int("ordinal")?,
+                n: get(1, "n")?.int("n")?,
+                provider: get(2, "provider")?.text("provider")?,
+                asked_at_ms: get(3, "asked_at_ms")?.int("asked_at_ms")?,
+                asked_by: get(4, "asked_by")?.text("asked_by")?,
+                outcome: get(5, "outcome")?.text("outcome")?,
+                detail: get(6, "detail")?.text("detail")?,
+            })
+        })
+        .collect()
 }
 
 /// The attempts whose lease has expired, on the database's clock.
@@ -1028,6 +1160,7 @@ async fn close_attempt<C: Conn>(
     handle: &AttemptHandle,
     to: AttemptState,
     error: Option<&str>,
+    response_id: Option<&str>,
 ) -> Result<bool, StoreError> {
     let closed = c
         .execute(
@@ -1037,6 +1170,7 @@ async fn close_attempt<C: Conn>(
                 Int(handle.ordinal),
                 Text(to.as_str()),
                 OptText(error),
+                OptText(response_id),
             ],
         )
         .await?;
@@ -1117,6 +1251,9 @@ fn parse_json(column: &str, text: &str) -> Result<Value, StoreError> {
 /// How many columns `sql::JOB_COLUMNS` lists.
 const JOB_COLUMNS: usize = 20;
 
+/// How many columns `sql::ATTEMPT_COLUMNS` lists.
+const ATTEMPT_WIDTH: usize = 13;
+
 /// A job from a row of `sql::JOB_COLUMNS`, in their order.
 fn job_from(row: &[Val]) -> Result<Job, StoreError> {
     let get = |i: usize, name: &str| col(row, i, name);
@@ -1172,5 +1309,7 @@ fn attempt_from(row: &[Val]) -> Result<Attempt, StoreError> {
         unknown_since_ms: get(8, "unknown_since_ms")?.opt_int("unknown_since_ms")?,
         finished_at_ms: get(9, "finished_at_ms")?.opt_int("finished_at_ms")?,
         error: get(10, "error")?.opt_text("error")?,
+        provider_response_id: get(11, "provider_response_id")?.opt_text("provider_response_id")?,
+        asked_at_ms: get(12, "asked_at_ms")?.opt_int("asked_at_ms")?,
     })
 }

@@ -47,7 +47,7 @@ pub struct Sql {
     pub lock_before_swap: bool,
     /// The compare-and-swap and the winner's close in one statement, for a
     /// batch of attempts of distinct jobs (arrays: job ids, base versions,
-    /// results, ordinals, completions), where the engine can (PostgreSQL):
+    /// results, ordinals, completions, response ids), where the engine can (PostgreSQL):
     /// rows for each attempt that won, none for one that did not.
     pub complete_and_close: Option<String>,
     /// `complete_and_close` for one attempt, its parameters single values.
@@ -65,6 +65,21 @@ pub struct Sql {
     pub select_expired: String,
     pub reap_attempt: String,
     pub count_unknown: String,
+    /// Notes the provider's id `$3` for attempt `$1`/`$2`'s answer, once.
+    pub note_response_id: String,
+    /// Provider `$1`'s unknown attempts (their columns, then the job's
+    /// owner) unknown for at least `$2` ms, asked last at least `$3` ms ago
+    /// (or never), and unknown for less than `$4` ms (past it, left for an
+    /// operator); least recently asked first, at most `$5`.
+    pub select_due_unknowns: String,
+    /// A question about attempt `$1`/`$2` asked of provider `$3` by `$4`
+    /// (`id` or `metadata`), its outcome `$5` and detail `$6`; numbered
+    /// after the attempt's earlier ones.
+    pub insert_question: String,
+    /// When attempt `$1`/`$2` was last asked about: now.
+    pub mark_asked: String,
+    /// Job `$1`'s questions, by attempt, in order.
+    pub select_questions: String,
     /// Retention: deletes the oldest settled jobs past `$1` ms (at most
     /// `$2`) with their attempts and races. Run in order in one
     /// transaction; the last statement's count is the jobs deleted.
@@ -113,7 +128,7 @@ const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contr
      kind, messages, request, deleted_at_ms";
 
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
-     lease_expires_at_ms, unknown_since_ms, finished_at_ms, error";
+     lease_expires_at_ms, unknown_since_ms, finished_at_ms, error, provider_response_id, asked_at_ms";
 
 /// A write that answers with the row it wrote. PostgreSQL returns it from
 /// the statement (`RETURNING`). SQLite runs a `RETURNING` clause as a
@@ -392,8 +407,9 @@ impl Sql {
             complete_and_close: (backend == Backend::Postgres).then(|| {
                 fill(
                     "WITH input AS ( \
-                         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[]) \
-                             AS i(job_id, base_version, result, ordinal, completion)), \
+                         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], \
+                             $6::text[]) \
+                             AS i(job_id, base_version, result, ordinal, completion, response_id)), \
                      seen AS ( \
                          SELECT j.* FROM input i CROSS JOIN LATERAL ( \
                              SELECT id, xmin AS row_version FROM jobs WHERE id = i.job_id OFFSET 0) j), \
@@ -403,7 +419,8 @@ impl Sql {
                              SELECT id, xmin AS row_version, version, completed_by FROM jobs \
                              WHERE id = i.job_id FOR UPDATE) j), \
                      closed AS ( \
-                         UPDATE attempts a SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
+                         UPDATE attempts a SET state = 'succeeded', error = NULL, finished_at_ms = {now}, \
+                             provider_response_id = COALESCE(a.provider_response_id, i.response_id) \
                          FROM input i JOIN locked l ON l.id = i.job_id \
                          WHERE a.job_id = i.job_id AND a.ordinal = i.ordinal AND a.state IN {open} \
                            AND l.version = i.base_version AND l.completed_by IS NULL \
@@ -436,7 +453,8 @@ impl Sql {
                          SELECT xmin AS row_version, version, completed_by FROM jobs \
                          WHERE id = $1 FOR UPDATE), \
                      closed AS ( \
-                         UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now} \
+                         UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now}, \
+                             provider_response_id = COALESCE(provider_response_id, $6) \
                          WHERE job_id = $1 AND ordinal = $4 AND state IN {open} \
                          AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
                          RETURNING {attempt_columns}), \
@@ -455,7 +473,8 @@ impl Sql {
                 )
             }),
             close_attempt: fill(
-                "UPDATE attempts SET state = $3, error = $4, finished_at_ms = {now} \
+                "UPDATE attempts SET state = $3, error = $4, finished_at_ms = {now}, \
+                     provider_response_id = COALESCE(provider_response_id, $5) \
                  WHERE job_id = $1 AND ordinal = $2 AND state IN {open}",
             ),
             mark_unknown: fill(
@@ -498,6 +517,31 @@ impl Sql {
             // Guarded by the state and the lease, so two reapers move an
             // attempt once, and a heartbeat that got in first keeps it.
             count_unknown: fill("SELECT COUNT(*) AS n FROM attempts WHERE state = 'unknown'"),
+            note_response_id: fill(
+                "UPDATE attempts SET provider_response_id = $3 \
+                 WHERE job_id = $1 AND ordinal = $2 AND provider_response_id IS NULL",
+            ),
+            select_due_unknowns: fill(
+                "SELECT {a.attempt_columns}, j.owner_id FROM attempts a JOIN jobs j ON j.id = a.job_id \
+                 WHERE a.state = 'unknown' AND a.provider = $1 \
+                   AND a.unknown_since_ms <= {now} - $2 \
+                   AND (a.asked_at_ms IS NULL OR a.asked_at_ms <= {now} - $3) \
+                   AND a.unknown_since_ms > {now} - $4 \
+                 ORDER BY COALESCE(a.asked_at_ms, 0), a.unknown_since_ms LIMIT $5",
+            ),
+            insert_question: fill(
+                "INSERT INTO reconciliations \
+                     (job_id, ordinal, n, provider, asked_at_ms, asked_by, outcome, detail) \
+                 SELECT $1, $2, COALESCE(MAX(n), 0) + 1, $3, {now}, $4, $5, $6 \
+                 FROM reconciliations WHERE job_id = $1 AND ordinal = $2",
+            ),
+            mark_asked: fill(
+                "UPDATE attempts SET asked_at_ms = {now} WHERE job_id = $1 AND ordinal = $2",
+            ),
+            select_questions: fill(
+                "SELECT ordinal, n, provider, asked_at_ms, asked_by, outcome, detail \
+                 FROM reconciliations WHERE job_id = $1 ORDER BY ordinal, n",
+            ),
             reap_attempt: fill(
                 "UPDATE attempts SET state = 'unknown', unknown_since_ms = {now}, \
                      error = 'lease expired: its lease was not renewed in time (the router holding it stopped, or could not reach the database); the provider may have done the work' \
@@ -507,6 +551,7 @@ impl Sql {
                 // One writer: the three picks inside its transaction agree.
                 Backend::Sqlite => [
                     format!("DELETE FROM races WHERE job_id IN ({PRUNABLE})"),
+                    format!("DELETE FROM reconciliations WHERE job_id IN ({PRUNABLE})"),
                     format!("DELETE FROM attempts WHERE job_id IN ({PRUNABLE})"),
                     format!("DELETE FROM jobs WHERE id IN ({PRUNABLE})"),
                 ]
@@ -518,6 +563,7 @@ impl Sql {
                 Backend::Postgres => vec![fill(&format!(
                     "WITH doomed AS ({PRUNABLE} FOR UPDATE SKIP LOCKED), \
                           r AS (DELETE FROM races WHERE job_id IN (SELECT id FROM doomed)), \
+                          q AS (DELETE FROM reconciliations WHERE job_id IN (SELECT id FROM doomed)), \
                           a AS (DELETE FROM attempts WHERE job_id IN (SELECT id FROM doomed)) \
                      DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)"
                 ))],

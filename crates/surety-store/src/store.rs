@@ -16,10 +16,14 @@ use crate::ops::{self, Insert, Started};
 use crate::sql::Sql;
 use crate::sqlite::{Checkpoints, Sqlite};
 use crate::trust;
+/// The longest provider response id kept (OpenAI's and Anthropic's are
+/// well under 100 bytes).
+const MAX_RESPONSE_ID: usize = 255;
+
 use crate::{
     Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, Lift,
-    LiveOutcome, LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Race, Slot, StartAttempt,
-    StoreError,
+    LiveOutcome, LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Question, Race, Slot,
+    StartAttempt, StoreError, UnknownAttempt,
 };
 
 /// The database engine behind a store.
@@ -602,6 +606,88 @@ impl Store {
         on_engine!(self, write, |c, sql| ops::delete_response(
             c, sql, &owner, &id
         ))
+    }
+
+    /// Notes the provider's id for an attempt's answer, as soon as it was
+    /// read: kept where one is noted already (true when this one was).
+    pub async fn note_response_id(
+        &self,
+        handle: &AttemptHandle,
+        id: &str,
+    ) -> Result<bool, StoreError> {
+        if id.is_empty() || id.len() > MAX_RESPONSE_ID {
+            return Err(StoreError::Invalid {
+                field: "provider_response_id",
+                reason: format!("must be 1 to {MAX_RESPONSE_ID} bytes"),
+            });
+        }
+        let (job_id, ordinal, id) = (handle.job_id.clone(), handle.ordinal, id.to_owned());
+        on_engine!(self, write, |c, sql| ops::note_response_id(
+            c, sql, &job_id, ordinal, &id
+        ))
+    }
+
+    /// Provider `provider`'s unknown attempts due a question (of every
+    /// owner): unknown for at least `after`, last asked at least `every`
+    /// ago or never, and unknown for less than `horizon` (past it an
+    /// attempt is left for an operator); least recently asked first, at
+    /// most `limit`.
+    pub async fn due_unknowns(
+        &self,
+        provider: &str,
+        (after, every, horizon): (Duration, Duration, Duration),
+        limit: u32,
+    ) -> Result<Vec<UnknownAttempt>, StoreError> {
+        let ms = |field: &'static str, d: Duration| {
+            i64::try_from(d.as_millis()).map_err(|_| StoreError::Invalid {
+                field,
+                reason: "longer than the clock counts".to_owned(),
+            })
+        };
+        let window = (ms("after", after)?, ms("every", every)?, ms("horizon", horizon)?);
+        let (provider, limit) = (provider.to_owned(), i64::from(limit.max(1)));
+        on_engine!(self, read, |c, sql| ops::due_unknowns(
+            c, sql, &provider, window, limit
+        ))
+    }
+
+    /// Records a question the reconciler asked about an attempt, with the
+    /// provider's answer (`question.n` and `asked_at_ms` are the
+    /// database's: the next number, and now).
+    pub async fn record_question(
+        &self,
+        job_id: &JobId,
+        question: &Question,
+    ) -> Result<(), StoreError> {
+        const OUTCOMES: [&str; 5] = ["answered", "ended", "running", "not_found", "error"];
+        if !["id", "metadata"].contains(&question.asked_by.as_str())
+            || !OUTCOMES.contains(&question.outcome.as_str())
+        {
+            return Err(StoreError::Invalid {
+                field: "question",
+                reason: format!(
+                    "asked by `{}` with outcome `{}`: by id or metadata, outcome one of {}",
+                    question.asked_by,
+                    question.outcome,
+                    OUTCOMES.join(", ")
+                ),
+            });
+        }
+        let (job_id, question) = (job_id.clone(), question.clone());
+        on_engine!(self, write, |c, sql| ops::record_question(
+            c, sql, &question, &job_id
+        ))
+    }
+
+    /// The questions asked about the owner's job's attempts, by attempt,
+    /// in order; another owner's job is not found.
+    pub async fn questions(
+        &self,
+        owner: &OwnerId,
+        job_id: &JobId,
+    ) -> Result<Vec<Question>, StoreError> {
+        self.job(owner, job_id).await?;
+        on_engine!(self, read, |c, sql| ops::questions(c, sql, job_id))
     }
 
     /// Turns every `started` attempt whose lease has expired (on the

@@ -47,6 +47,16 @@ pub mod defaults {
     pub const SHUTDOWN_GRACE_MS: u64 = 30_000;
     pub const LATE_RESULT_WINDOW_MS: u64 = 600_000;
     pub const LEASE_MS: u64 = 30_000;
+    /// An unknown attempt is first asked about after this (a late answer
+    /// usually comes sooner).
+    pub const RECONCILE_AFTER_MS: u64 = 10_000;
+    /// Then asked again at most this often.
+    pub const RECONCILE_EVERY_MS: u64 = 60_000;
+    /// OpenAI keeps stored completions 30 days: past it, asking proves
+    /// nothing, and the attempt is left for an operator.
+    pub const RECONCILE_HORIZON_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+    /// One question's time.
+    pub const RECONCILE_TIMEOUT_MS: u64 = 10_000;
     pub const MAX_BODY_BYTES: usize = 1 << 20;
     /// The smallest SQLite file a limit may name.
     pub const MIN_SQLITE_BYTES: u64 = 1 << 20;
@@ -94,6 +104,22 @@ pub struct Settings {
     pub lease: Duration,
     /// The most bytes a request's body may hold.
     pub max_body_bytes: usize,
+    /// When unknown attempts are asked about, at providers that can tell.
+    pub reconciling: Reconciling,
+}
+
+/// When the reconciler asks a provider about an unknown attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Reconciling {
+    /// How long an attempt is unknown before it is first asked about.
+    pub after: Duration,
+    /// How long after a question the next may be asked.
+    pub every: Duration,
+    /// How long an attempt is asked about at all: past it, the provider
+    /// keeps nothing to find, and the attempt is left for an operator.
+    pub horizon: Duration,
+    /// One question's time.
+    pub timeout: Duration,
 }
 
 /// `surety.toml` as the router takes it: where it listens and keeps its

@@ -39,6 +39,10 @@ struct RawServer {
     request_read_timeout_ms: Option<u64>,
     late_result_window_ms: Option<u64>,
     lease_ms: Option<u64>,
+    reconcile_after_ms: Option<u64>,
+    reconcile_every_ms: Option<u64>,
+    reconcile_horizon_ms: Option<u64>,
+    reconcile_timeout_ms: Option<u64>,
     max_body_bytes: Option<usize>,
     /// How long an operator's session lasts after sign-in.
     operator_session_ms: Option<u64>,
@@ -301,6 +305,28 @@ impl RouterConfig {
                 .server
                 .max_body_bytes
                 .unwrap_or(defaults::MAX_BODY_BYTES),
+            reconciling: super::Reconciling {
+                after: ms(
+                    "server.reconcile_after_ms",
+                    raw.server.reconcile_after_ms,
+                    defaults::RECONCILE_AFTER_MS,
+                )?,
+                every: ms(
+                    "server.reconcile_every_ms",
+                    raw.server.reconcile_every_ms,
+                    defaults::RECONCILE_EVERY_MS,
+                )?,
+                horizon: ms(
+                    "server.reconcile_horizon_ms",
+                    raw.server.reconcile_horizon_ms,
+                    defaults::RECONCILE_HORIZON_MS,
+                )?,
+                timeout: ms(
+                    "server.reconcile_timeout_ms",
+                    raw.server.reconcile_timeout_ms,
+                    defaults::RECONCILE_TIMEOUT_MS,
+                )?,
+            },
         };
         Ok(RouterConfig {
             listen,

@@ -11,6 +11,7 @@ use futures_util::FutureExt;
 
 use surety_providers::{
     CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
+    ResponseIds,
 };
 use surety_store::{Answer, AttemptHandle, Finish, Outcome};
 
@@ -34,7 +35,7 @@ pub(super) async fn attempt(
         .map(|p| p.adapter.clone())
     else {
         let error = ProviderError::not_sent(&handle.provider, "not configured");
-        return record(&state, &handle, Err(error), &judge).await;
+        return record(&state, &handle, (Err(error), None), &judge).await;
     };
     // The harness's own builder: what was certified is what is sent.
     let request = ChatRequest {
@@ -42,7 +43,10 @@ pub(super) async fn attempt(
         ..surety_exchange::request(&judge.served.contract, messages, provider.capabilities())
     };
     let _in_flight = InFlight::enter(&state, &handle);
-    let call = CallContext::for_attempt(&handle.job_id.0, handle.ordinal);
+    // The provider's id for its answer, told by the adapter as soon as it
+    // reads it: written on the attempt before the rest of the answer.
+    let (ids, mut seen) = ResponseIds::channel();
+    let call = CallContext::for_attempt(&handle.job_id.0, handle.ordinal).telling(ids);
     let started = std::time::Instant::now();
     // The call runs in this task (a panic in it is caught, as a task's
     // would be); past the timeout it is handed to a task of its own, which
@@ -52,14 +56,24 @@ pub(super) async fn attempt(
     );
     // The lease is renewed beside the call, until the call ends (or the
     // lease is gone: then the call is only waited for).
+    let mut noted = false;
     let outcome = {
         let waited = tokio::time::timeout(state.inner.settings.attempt_timeout, &mut task);
         let beating = heartbeat(&state, &handle);
         tokio::pin!(waited, beating);
-        tokio::select! {
-            biased;
-            outcome = &mut waited => outcome,
-            () = &mut beating => waited.await,
+        loop {
+            tokio::select! {
+                biased;
+                outcome = &mut waited => break outcome,
+                () = &mut beating => break (&mut waited).await,
+                Ok(()) = seen.changed(), if !noted => {
+                    noted = true;
+                    let id = seen.borrow_and_update().clone();
+                    if let Some(id) = id {
+                        note_response_id(&state, &handle, &id).await;
+                    }
+                }
+            }
         }
     };
     state
@@ -68,8 +82,9 @@ pub(super) async fn attempt(
         .provider_latency
         .with_label_values(&[&handle.provider])
         .observe(started.elapsed().as_secs_f64());
+    let response_id = || seen.borrow().clone();
     match outcome {
-        Ok(Ok(result)) => record(&state, &handle, result, &judge).await,
+        Ok(Ok(result)) => record(&state, &handle, (result, response_id()), &judge).await,
         Ok(Err(_panic)) => {
             mark_unknown(&state, &handle, "the call panicked").await;
             End::Unknown
@@ -89,12 +104,20 @@ pub(super) async fn attempt(
                     tokio::time::timeout(late.inner.settings.late_result_window, task).await
                 {
                     tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "late result arrived");
-                    record(&late, &handle, result, &judge).await;
+                    let id = seen.borrow().clone();
+                    record(&late, &handle, (result, id), &judge).await;
                     late.inner.settled.notify(&handle.job_id);
                 }
             });
             End::Unknown
         }
+    }
+}
+
+/// Writes the provider's id for the attempt's answer on the attempt.
+async fn note_response_id(state: &AppState, handle: &AttemptHandle, id: &str) {
+    if let Err(e) = state.inner.store.note_response_id(handle, id).await {
+        tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "could not note the provider's response id");
     }
 }
 
@@ -269,7 +292,7 @@ impl Judge {
 pub(super) async fn record(
     state: &AppState,
     handle: &AttemptHandle,
-    result: Result<ChatResponse, ProviderError>,
+    (result, response_id): (Result<ChatResponse, ProviderError>, Option<String>),
     judge: &Judge,
 ) -> End {
     let metrics = &state.inner.metrics;
@@ -338,6 +361,7 @@ pub(super) async fn record(
                 (true, Some(answer)) => Outcome::Succeeded(Answer {
                     result: answer,
                     completion: Some(completion(&response)),
+                    response_id: response_id.clone(),
                 }),
                 (_, answer) => {
                     let what = match answer {
@@ -362,6 +386,10 @@ pub(super) async fn record(
     // next would start; a success asks nothing.
     let next = match &mut outcome {
         Outcome::Failed { give_up, .. } => {
+            // An answer that failed its checks still had the provider's id.
+            if let Some(id) = &response_id {
+                note_response_id(state, handle, id).await;
+            }
             let next = judge.next(state).await;
             *give_up = next.is_none();
             next

@@ -77,6 +77,57 @@ pub async fn drive(state: &AppState, drive: Drive) {
     state.inner.settled.settle(&job_id, snapshot);
 }
 
+/// What an unknown attempt's provider said when the reconciler asked it,
+/// recorded as the attempt's own answer would have been: judged by the
+/// same check, made the job's by the same compare-and-swap (a late answer
+/// racing it settles once), and a definite end fails over as the
+/// attempt's own failure would have, to the next of `drive.providers` after
+/// `place` (the attempt's) that is eligible as it ends.
+pub async fn resolve(
+    state: &AppState,
+    drive: Drive,
+    (handle, place): (AttemptHandle, usize),
+    found: (
+        Result<surety_providers::ChatResponse, surety_providers::ProviderError>,
+        Option<String>,
+    ),
+) {
+    let Some(at) = drive.providers.get(place) else {
+        return;
+    };
+    let judge = Judge {
+        served: drive.served.clone(),
+        models: at.models.clone(),
+        providers: drive.providers.clone(),
+        input: drive.input.clone(),
+        place,
+        shadow: drive
+            .route
+            .shadow
+            .as_ref()
+            .map(|_| (drive.route.clone(), drive.messages.clone())),
+    };
+    let job_id = drive.job_id.clone();
+    match attempt::record(state, &handle, found, &judge).await {
+        End::Won(snapshot) => state.inner.settled.settle(&job_id, snapshot),
+        End::Failed(Some((next, _))) => {
+            // The job goes on from there, each attempt asking for
+            // eligibility as it starts.
+            let providers = drive.providers[next..].to_vec().into();
+            self::drive(
+                state,
+                Drive {
+                    first: None,
+                    providers,
+                    ..drive
+                },
+            )
+            .await;
+        }
+        End::Failed(None) | End::Lost | End::Unknown => state.inner.settled.notify(&job_id),
+    }
+}
+
 /// Drives the job to its end; the job as its winning commit left it, when
 /// the store read it there.
 async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {

@@ -121,12 +121,10 @@ pub(super) async fn get_attempts(
     Caller(key, _admitted): Caller,
     PathParams(id): PathParams<String>,
 ) -> Result<Json<AttemptList>, ApiError> {
-    let attempts = state
-        .inner
-        .store
-        .attempts(&OwnerId(key.owner), &job_id(&id)?)
-        .await?;
-    Ok(Json(AttemptList::of(&attempts)))
+    let (owner, id) = (OwnerId(key.owner), job_id(&id)?);
+    let attempts = state.inner.store.attempts(&owner, &id).await?;
+    let questions = state.inner.store.questions(&owner, &id).await?;
+    Ok(Json(AttemptList::of(&attempts, &questions)))
 }
 
 /// A new attempt at the job, if no attempt is open and it has not succeeded.

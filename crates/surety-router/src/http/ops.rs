@@ -15,7 +15,8 @@ use super::error::Problem;
 use super::extract::{Caller, JsonObject, PathParams};
 use super::responses::{HeadersTooLarge, Limited, NotJson, TooLarge, Unauthorized, Unavailable};
 use super::views::{
-    CertificationView, DriftView, ProblemView, ProviderList, ProviderView, Readiness, Reinstate,
+    CertificationView, DriftView, ProblemView, ProviderList, ProviderView, Readiness,
+    ReconciliationView, Reinstate,
     RouteView,
 };
 use crate::state::AppState;
@@ -199,6 +200,7 @@ pub async fn provider_list(state: &AppState) -> Result<ProviderList, surety_stor
                 model: served.config.model.clone(),
                 base_url: served.config.base_url.clone(),
                 certification,
+                reconciliation: ReconciliationView::of(served.config.reconciliation()),
                 drift: drift.get(id).map(|d| DriftView {
                     contract: d.contract.clone(),
                     model: d.model.clone(),

@@ -7,6 +7,7 @@
 
 mod intake;
 mod manage;
+pub mod reconcile;
 mod wait;
 
 pub use intake::{CreatedJob, Demotions, Intake, certified, create_or_replay, route_and_contract};

@@ -154,6 +154,7 @@ async fn ask(
         surety_exchange::request(contract, messages.to_vec(), adapter.adapter.capabilities());
     let call = CallContext {
         idempotency_key: key.to_owned(),
+        ids: surety_providers::ResponseIds::default(),
     };
     let metrics = &state.inner.metrics;
     let response = match tokio::time::timeout(timeout, adapter.adapter.chat(&request, &call)).await

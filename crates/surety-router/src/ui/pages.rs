@@ -195,11 +195,31 @@ pub(super) async fn job_page(
         .races(&owner, &id)
         .await
         .unwrap_or_default();
+    let questions = state
+        .inner
+        .store
+        .questions(&owner, &id)
+        .await
+        .unwrap_or_default();
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
     let attempts = attempts
         .iter()
         .map(|a| {
             let ended = a.finished_at_ms.or(a.unknown_since_ms);
+            let way = state
+                .inner
+                .providers
+                .get(&a.provider)
+                .map(|p| p.config.reconciliation());
+            let asking = match (a.state, way) {
+                (AttemptState::Unknown, Some(way)) => {
+                    crate::http::views::ReconciliationView::of(way).how
+                }
+                (AttemptState::Unknown, None) => {
+                    "cannot be asked: the provider is no longer configured".to_owned()
+                }
+                _ => String::new(),
+            };
             AttemptRow {
                 ordinal: a.ordinal,
                 hedge: a.slot == surety_store::Slot::Hedge,
@@ -210,6 +230,22 @@ pub(super) async fn job_page(
                 took: ended.map(|e| age(e - a.started_at_ms)).unwrap_or_default(),
                 error: a.error.clone().unwrap_or_default(),
                 open: matches!(a.state, AttemptState::Started | AttemptState::Unknown),
+                response_id: a.provider_response_id.clone().unwrap_or_default(),
+                asking,
+                questions: questions
+                    .iter()
+                    .filter(|q| q.ordinal == a.ordinal)
+                    .map(|q| {
+                        format!(
+                            "asked {} at {} by {}: {} — {}",
+                            q.provider,
+                            when(q.asked_at_ms),
+                            q.asked_by,
+                            q.outcome.replace('_', " "),
+                            q.detail
+                        )
+                    })
+                    .collect(),
             }
         })
         .collect();

@@ -71,6 +71,12 @@ pub(super) struct AttemptRow {
     pub(super) took: String,
     pub(super) error: String,
     pub(super) open: bool,
+    /// The provider's id for the attempt's answer.
+    pub(super) response_id: String,
+    /// For an unknown attempt: whether, and how, its provider can be asked.
+    pub(super) asking: String,
+    /// The reconciler's questions about it, in words.
+    pub(super) questions: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -100,6 +100,27 @@ pub struct AttemptView {
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
     pub error: Option<String>,
+    /// The provider's id for the attempt's answer (`chatcmpl-…`, `msg_…`,
+    /// Gemini's `responseId`), written as soon as it was read.
+    pub provider_response_id: Option<String>,
+    /// The questions the reconciler asked the provider about the attempt
+    /// while it was unknown, oldest first (in the attempts list).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reconciliation: Vec<QuestionView>,
+}
+
+/// One question the reconciler asked a provider about an unknown attempt.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QuestionView {
+    pub asked_at_ms: i64,
+    /// `id` (the provider's id for the answer) or `metadata` (the
+    /// attempt's name in the stored answer's metadata).
+    #[schema(value_type = String, pattern = "^(id|metadata)$")]
+    pub asked_by: String,
+    #[schema(value_type = String, pattern = "^(answered|ended|running|not_found|error)$")]
+    pub outcome: String,
+    /// What the provider said, in words.
+    pub detail: String,
 }
 
 /// A job's attempts, in order.
@@ -171,15 +192,33 @@ impl AttemptView {
             started_at_ms: a.started_at_ms,
             finished_at_ms: a.finished_at_ms,
             error: a.error.clone(),
+            provider_response_id: a.provider_response_id.clone(),
+            reconciliation: Vec::new(),
         }
     }
 }
 
 impl AttemptList {
-    pub fn of(attempts: &[Attempt]) -> AttemptList {
+    /// The attempts, each with the questions asked about it.
+    pub fn of(attempts: &[Attempt], questions: &[surety_store::Question]) -> AttemptList {
         AttemptList {
             object: "list".to_owned(),
-            data: attempts.iter().map(AttemptView::of).collect(),
+            data: attempts
+                .iter()
+                .map(|a| AttemptView {
+                    reconciliation: questions
+                        .iter()
+                        .filter(|q| q.ordinal == a.ordinal)
+                        .map(|q| QuestionView {
+                            asked_at_ms: q.asked_at_ms,
+                            asked_by: q.asked_by.clone(),
+                            outcome: q.outcome.clone(),
+                            detail: q.detail.clone(),
+                        })
+                        .collect(),
+                    ..AttemptView::of(a)
+                })
+                .collect(),
         }
     }
 }
@@ -229,6 +268,39 @@ pub struct ProviderView {
     pub certification: std::collections::BTreeMap<String, CertificationView>,
     /// The last answer from a model id its certificate did not see.
     pub drift: Option<DriftView>,
+    /// Whether its unknown attempts can be resolved by asking it, and how.
+    pub reconciliation: ReconciliationView,
+}
+
+/// How a provider's unknown attempts are resolved.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReconciliationView {
+    /// `stored-completions` (OpenAI, with `store = true`) or `none`.
+    #[schema(value_type = String, pattern = "^(stored-completions|none)$")]
+    pub way: String,
+    /// Whether an unknown attempt here can be resolved by asking.
+    pub can_ask: bool,
+    /// How, in words.
+    pub how: String,
+}
+
+impl ReconciliationView {
+    pub fn of(way: surety_providers::kinds::Reconciliation) -> ReconciliationView {
+        use surety_providers::kinds::Reconciliation;
+        let how = match way {
+            Reconciliation::StoredCompletions => {
+                "asked afterwards: its stored completion is read back by the id the answer began with, else found by the attempt's metadata"
+            }
+            Reconciliation::None => {
+                "cannot be asked: the provider keeps nothing to read back, so an unknown attempt waits for a late answer or an operator"
+            }
+        };
+        ReconciliationView {
+            way: way.as_str().to_owned(),
+            can_ask: way != Reconciliation::None,
+            how: how.to_owned(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
