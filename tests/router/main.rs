@@ -11,6 +11,7 @@ mod harness;
 mod live;
 mod messages;
 mod operator;
+mod reconcile;
 mod responses;
 mod scenarios;
 mod sdk;
@@ -34,6 +35,15 @@ surety_tests::both_engines!(scenarios:
     a_certificate_that_lapses_mid_job_is_not_failed_over_to,
     a_native_job_that_looks_like_a_chat_request_is_retried_as_native,
 );
+
+mod reconciliation {
+    surety_tests::both_engines!(reconcile:
+        a_stored_completion_lost_on_the_wire_is_found_by_its_metadata,
+        a_lost_answer_whose_id_arrived_is_found_by_its_id_and_its_late_result_settles_once,
+        a_stored_answer_that_is_none_fails_over_and_a_miss_stays_unknown,
+        an_unknown_at_a_provider_that_cannot_be_asked_stays_unknown_and_says_so,
+    );
+}
 
 mod the_edge {
     surety_tests::both_engines!(edge: ids_that_cannot_be_ids_are_not_found);

@@ -145,6 +145,10 @@ pub enum Behavior {
     /// As [`Behavior::Lost`], but the answer's bytes up to its `id` are
     /// sent before the rest is lost.
     LostAfterId(Box<Behavior>),
+    /// Does the work of the inner behavior (stored where asked), then
+    /// holds the answer until [`FakeProvider::open_gate`] opens the gate:
+    /// an answer that arrives late, at a moment the test chooses.
+    Held(Box<Behavior>),
     /// A thinking model's answer: its reasoning first (Gemini: a part
     /// flagged `thought`; Anthropic: a `thinking` block; OpenAI-compatible
     /// servers: `reasoning_content`), then the answer's text.
@@ -647,6 +651,8 @@ enum Lost {
     Not,
     Silently,
     AfterId,
+    /// Not lost: held until the gate opens.
+    Held,
 }
 
 /// Answers a request as its plan says.
@@ -666,6 +672,10 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
             }
             Behavior::LostAfterId(inner) => {
                 lost = Lost::AfterId;
+                *inner
+            }
+            Behavior::Held(inner) => {
+                lost = Lost::Held;
                 *inner
             }
             Behavior::Sequence(steps) => {
@@ -709,6 +719,11 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
     let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
     match lost {
         Lost::Not => {}
+        Lost::Held => {
+            let mut gate = shared.gate.subscribe();
+            // The sender lives in `shared`, as long as this request.
+            let _ = gate.wait_for(|open| *open).await;
+        }
         Lost::Silently => return std::future::pending().await,
         Lost::AfterId => {
             // The bytes through the answer's id, then nothing more.
@@ -775,6 +790,7 @@ async fn misbehave(plan: Plan, headers: &HeaderMap, ok: &impl Answers) -> Respon
         | Behavior::Thought { .. }
         | Behavior::Lost(_)
         | Behavior::LostAfterId(_)
+        | Behavior::Held(_)
         | Behavior::Huge { .. } => bad_request("the fake's plan is a normal answer"),
         Behavior::Drip { every_ms } => {
             let every = Duration::from_millis(every_ms.max(1));

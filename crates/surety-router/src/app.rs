@@ -122,6 +122,12 @@ impl AppState {
         });
     }
 
+    /// One reconciler's pass, here and now (what the background loop starts
+    /// every 2 s); the attempts it resolves settle on tasks of their own.
+    pub async fn reconcile_now(&self) {
+        crate::jobs::reconcile::pass(self).await;
+    }
+
     /// Deletes the settled jobs past retention, a small batch per write so
     /// the writers' queue never waits long behind it; returns how many went.
     pub async fn prune(&self) -> u64 {
