@@ -123,6 +123,7 @@ fn a_capability_the_kind_lacks_is_refused_with_its_path() {
             ("seed", kind.seed),
             ("tokenize_endpoint", kind.tokenize_endpoint),
             ("models_endpoint", kind.models_endpoint),
+            ("store", kind.store),
         ] {
             let declared = format!("{base}{field} = true\n");
             match support {
@@ -137,7 +138,53 @@ fn a_capability_the_kind_lacks_is_refused_with_its_path() {
         }
     }
     assert!(
-        refused >= 3,
-        "anthropic lacks seed, tokenize and models endpoints"
+        refused >= 5,
+        "anthropic lacks seed, tokenize and models endpoints and storage; gemini storage"
     );
+}
+
+/// A kind that can be asked about an earlier call can only where its
+/// configuration allows it: stored completions need `store = true`.
+#[test]
+fn reconciliation_is_the_kinds_where_the_configuration_allows_it() {
+    use surety_providers::kinds::{KINDS, Reconciliation, Support};
+    for kind in KINDS {
+        let base = format!(
+            "[providers.p]\nkind = \"{}\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncontext_window = 10\n",
+            kind.name
+        );
+        let plain = ProvidersConfig::from_toml(&base).unwrap().providers["p"].clone();
+        match (kind.reconciliation, kind.store) {
+            (Reconciliation::StoredCompletions, Support::Yes { default: false }) => {
+                assert_eq!(
+                    plain.reconciliation(),
+                    Reconciliation::None,
+                    "{}: off unless stored",
+                    kind.name
+                );
+                let stored = ProvidersConfig::from_toml(&format!("{base}store = true\n"))
+                    .unwrap()
+                    .providers["p"]
+                    .clone();
+                assert_eq!(
+                    stored.reconciliation(),
+                    Reconciliation::StoredCompletions,
+                    "{}",
+                    kind.name
+                );
+                assert_eq!(
+                    stored.behaviour()["store"],
+                    true,
+                    "{}: the certificate binds storage",
+                    kind.name
+                );
+                assert!(
+                    plain.behaviour().get("store").is_none(),
+                    "{}: a certificate made before storage keeps its hash",
+                    kind.name
+                );
+            }
+            (way, _) => assert_eq!(plain.reconciliation(), way, "{}", kind.name),
+        }
+    }
 }

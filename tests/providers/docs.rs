@@ -33,3 +33,28 @@ fn the_finish_reason_table_is_the_registrys() {
         .collect();
     assert_eq!(documented, registry);
 }
+
+/// docs/components.md's table of kinds names each kind's reconciliation,
+/// as the registry has it.
+#[test]
+fn the_kinds_table_names_each_kinds_reconciliation() {
+    let page = include_str!("../../docs/components.md");
+    for kind in KINDS {
+        let row = page
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("| `{}` |", kind.name)))
+            .unwrap_or_else(|| panic!("no row for kind {}", kind.name));
+        let last = row
+            .trim()
+            .trim_end_matches('|')
+            .rsplit('|')
+            .next()
+            .unwrap_or_default();
+        assert!(
+            last.contains(&format!("`{}`", kind.reconciliation.as_str())),
+            "kind {}: the row's reconciliation is `{last}`, the registry's `{}`",
+            kind.name,
+            kind.reconciliation.as_str()
+        );
+    }
+}

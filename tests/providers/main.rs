@@ -9,5 +9,6 @@ mod docs;
 mod failure_table;
 mod fake;
 mod local_gemma;
+mod reconcile;
 mod secrets;
 mod support;

@@ -21,12 +21,7 @@ fn storing(id: &str, fake: &FakeProvider) -> String {
 /// A router whose `fake-a` stores its answers, on route `language` (with
 /// `fake-b` after it, when given); attempts time out after 300 ms, and
 /// unknowns are asked about after 1 ms, again after `every_ms`.
-async fn router(
-    db: &TestDb,
-    a: &FakeProvider,
-    b: Option<&FakeProvider>,
-    every_ms: u64,
-) -> Router {
+async fn router(db: &TestDb, a: &FakeProvider, b: Option<&FakeProvider>, every_ms: u64) -> Router {
     let mut providers = storing("fake-a", a);
     let mut certified = vec![("fake-a", a, "language-detect")];
     let mut order = "\"fake-a\"".to_owned();
@@ -50,7 +45,8 @@ async fn router(
         .collect();
     let pairs: Vec<(&surety_providers::ProviderConfig, &str)> =
         configs.iter().map(|c| (c, "language-detect")).collect();
-    let route = format!("[routes.language]\ncontract = \"language-detect\"\nproviders = [{order}]\n");
+    let route =
+        format!("[routes.language]\ncontract = \"language-detect\"\nproviders = [{order}]\n");
     Router::start_with(
         db,
         &providers,
@@ -84,9 +80,14 @@ async fn attempts(router: &Router, id: &str) -> Vec<Value> {
 
 /// A new job that went unknown: its id.
 async fn unknown_job(router: &Router, key: &str) -> String {
-    let (status, _, job) = router.create(ACME, key, &detect("Hello there"), Some(10)).await;
+    let (status, _, job) = router
+        .create(ACME, key, &detect("Hello there"), Some(10))
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{job}");
-    assert_eq!(job["state"], "unknown", "the answer was lost on the wire: {job}");
+    assert_eq!(
+        job["state"], "unknown",
+        "the answer was lost on the wire: {job}"
+    );
     job["id"].as_str().unwrap().to_owned()
 }
 
@@ -102,7 +103,11 @@ pub async fn a_stored_completion_lost_on_the_wire_is_found_by_its_metadata(db: &
     // The background loop's reconciler finds it: no one calls it here.
     let job = job_once(&router, &id, "succeeded").await;
     assert_eq!(job["result"], json!({"language": "english"}), "{job}");
-    assert_eq!(fake.calls(), 1, "one create call: the answer was asked for, never made again");
+    assert_eq!(
+        fake.calls(),
+        1,
+        "one create call: the answer was asked for, never made again"
+    );
     assert!(fake.lookups() >= 1, "the provider was asked");
 
     // What was sent: stored, with the attempt's name in its metadata.
@@ -119,7 +124,10 @@ pub async fn a_stored_completion_lost_on_the_wire_is_found_by_its_metadata(db: &
     assert_eq!(attempts[0]["state"], "succeeded", "{attempts:?}");
     let asked = attempts[0]["reconciliation"].as_array().unwrap();
     assert_eq!(asked.len(), 1, "asked once, found: {asked:?}");
-    assert_eq!(asked[0]["asked_by"], "metadata", "no id was read: {asked:?}");
+    assert_eq!(
+        asked[0]["asked_by"], "metadata",
+        "no id was read: {asked:?}"
+    );
     assert_eq!(asked[0]["outcome"], "answered", "{asked:?}");
     assert_eq!(
         attempts[0]["provider_response_id"], "chatcmpl-fake-1",
@@ -159,11 +167,12 @@ pub async fn a_lost_answer_whose_id_arrived_is_found_by_its_id_and_its_late_resu
     assert_eq!(job["result"], json!({"language": "english"}), "{job}");
 
     // The late answer arrives now, and loses: the job was settled once.
-    let discarded = async || {
-        router.metric("surety_late_results_discarded_total").await >= 1.0
-    };
+    let discarded = async || router.metric("surety_late_results_discarded_total").await >= 1.0;
     fake.open_gate();
-    assert!(until(discarded).await, "the late answer came and was discarded");
+    assert!(
+        until(discarded).await,
+        "the late answer came and was discarded"
+    );
     assert_eq!(
         router
             .metric("surety_attempts_total{outcome=\"succeeded\",provider=\"fake-a\"}")
@@ -230,7 +239,9 @@ pub async fn a_stored_answer_that_is_none_fails_over_and_a_miss_stays_unknown(db
 }
 
 pub async fn an_unknown_at_a_provider_that_cannot_be_asked_stays_unknown_and_says_so(db: &TestDb) {
-    let fake = FakeProvider::start(Script::always(Behavior::Hang)).await.unwrap();
+    let fake = FakeProvider::start(Script::always(Behavior::Hang))
+        .await
+        .unwrap();
     let providers = format!(
         "[providers.fake-a]\nkind = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"fake-a\"\ncontext_window = 16000\n",
         fake.anthropic_base_url()
@@ -259,7 +270,10 @@ pub async fn an_unknown_at_a_provider_that_cannot_be_asked_stays_unknown_and_say
     let shown = &providers["data"][0]["reconciliation"];
     assert_eq!(shown["way"], "none", "{providers}");
     assert_eq!(shown["can_ask"], false, "{providers}");
-    assert!(shown["how"].as_str().unwrap().contains("cannot be asked"), "{shown}");
+    assert!(
+        shown["how"].as_str().unwrap().contains("cannot be asked"),
+        "{shown}"
+    );
 
     let cookie = super::operator::admin_session(&router).await;
     let (status, page) = super::operator::page(&router, &cookie, &format!("/ui/jobs/{id}")).await;

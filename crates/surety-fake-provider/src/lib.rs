@@ -727,8 +727,11 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
         Lost::Silently => return std::future::pending().await,
         Lost::AfterId => {
             // The bytes through the answer's id, then nothing more.
-            let id = body["id"].as_str().unwrap_or_default();
-            let member = format!("\"id\":\"{id}\"");
+            let (name, id) = ["id", "responseId"]
+                .iter()
+                .find_map(|name| Some((*name, body[*name].as_str()?)))
+                .unwrap_or(("id", ""));
+            let member = format!("\"{name}\":\"{id}\"");
             let end = String::from_utf8_lossy(&bytes)
                 .find(&member)
                 .map_or(0, |at| at + member.len());

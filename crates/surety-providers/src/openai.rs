@@ -323,7 +323,9 @@ impl OpenAiProvider {
         let answer = match lookup.response_id {
             Some(id) => {
                 url.path_segments_mut()
-                    .map_err(|()| ProviderError::not_sent(&self.config.id, "the base URL cannot take a path"))?
+                    .map_err(|()| {
+                        ProviderError::not_sent(&self.config.id, "the base URL cannot take a path")
+                    })?
                     .push(id);
                 match self
                     .http
@@ -337,11 +339,18 @@ impl OpenAiProvider {
             }
             None => {
                 url.query_pairs_mut()
-                    .append_pair(&format!("metadata[{}]", crate::ATTEMPT_METADATA), lookup.attempt)
+                    .append_pair(
+                        &format!("metadata[{}]", crate::ATTEMPT_METADATA),
+                        lookup.attempt,
+                    )
                     .append_pair("limit", "1");
                 let list: StoredList = self
                     .http
-                    .get_json(&url, self.headers(None)?, "a list of stored chat completions")
+                    .get_json(
+                        &url,
+                        self.headers(None)?,
+                        "a list of stored chat completions",
+                    )
                     .await?
                     .body;
                 list.data.into_iter().next()

@@ -644,7 +644,11 @@ impl Store {
                 reason: "longer than the clock counts".to_owned(),
             })
         };
-        let window = (ms("after", after)?, ms("every", every)?, ms("horizon", horizon)?);
+        let window = (
+            ms("after", after)?,
+            ms("every", every)?,
+            ms("horizon", horizon)?,
+        );
         let (provider, limit) = (provider.to_owned(), i64::from(limit.max(1)));
         on_engine!(self, read, |c, sql| ops::due_unknowns(
             c, sql, &provider, window, limit

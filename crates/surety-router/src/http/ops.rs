@@ -16,8 +16,7 @@ use super::extract::{Caller, JsonObject, PathParams};
 use super::responses::{HeadersTooLarge, Limited, NotJson, TooLarge, Unauthorized, Unavailable};
 use super::views::{
     CertificationView, DriftView, ProblemView, ProviderList, ProviderView, Readiness,
-    ReconciliationView, Reinstate,
-    RouteView,
+    ReconciliationView, Reinstate, RouteView,
 };
 use crate::state::AppState;
 

@@ -103,7 +103,12 @@ async fn record(
         outcome: outcome.to_owned(),
         detail,
     };
-    match state.inner.store.record_question(&handle.job_id, &question).await {
+    match state
+        .inner
+        .store
+        .record_question(&handle.job_id, &question)
+        .await
+    {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "the reconciler's question could not be recorded");
@@ -189,7 +194,9 @@ async fn ask(state: &AppState, adapter: &Arc<dyn Provider>, unknown: UnknownAtte
             result: Some(Err(ProviderError::new(
                 &handle.provider,
                 FailureKind::ServerError,
-                format!("the provider, asked afterwards, says the call ended without an answer: {words}"),
+                format!(
+                    "the provider, asked afterwards, says the call ended without an answer: {words}"
+                ),
             ))),
             id: None,
         },
