@@ -460,13 +460,14 @@ fn scans_whole(plan: &str) -> bool {
 
 /// The types of `complete_and_close`'s parameters, and values for `n` of
 /// the filler's attempts.
-const SWAP_TYPES: &str = "text[], int8[], text[], int8[], text[]";
+const SWAP_TYPES: &str = "text[], int8[], text[], int8[], text[], text[]";
 fn swap_args(n: usize) -> String {
     [
         array(n, "text[]", |i| format!("'filler-{}'", i * 7 + 1)),
         array(n, "int8[]", |_| "0".to_owned()),
         array(n, "text[]", |_| "'{}'".to_owned()),
         array(n, "int8[]", |_| "1".to_owned()),
+        array(n, "text[]", |_| "NULL".to_owned()),
         array(n, "text[]", |_| "NULL".to_owned()),
     ]
     .join(", ")
