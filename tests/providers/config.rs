@@ -155,7 +155,10 @@ fn reconciliation_is_the_kinds_where_the_configuration_allows_it() {
         );
         let plain = ProvidersConfig::from_toml(&base).unwrap().providers["p"].clone();
         match (kind.reconciliation, kind.store) {
-            (Reconciliation::StoredCompletions, Support::Yes { default: false }) => {
+            (
+                Reconciliation::StoredCompletions | Reconciliation::Responses,
+                Support::Yes { default: false },
+            ) => {
                 assert_eq!(
                     plain.reconciliation(),
                     Reconciliation::None,
@@ -168,7 +171,7 @@ fn reconciliation_is_the_kinds_where_the_configuration_allows_it() {
                     .clone();
                 assert_eq!(
                     stored.reconciliation(),
-                    Reconciliation::StoredCompletions,
+                    kind.reconciliation,
                     "{}",
                     kind.name
                 );

@@ -240,7 +240,8 @@ fn every_kind_names_its_conformance_check() {
         [
             Conformance::OpenAiDocument,
             Conformance::AnthropicSdk,
-            Conformance::GoogleGenai
+            Conformance::GoogleGenai,
+            Conformance::OpenAiResponsesSdk,
         ]
     );
 }
@@ -468,6 +469,75 @@ async fn anthropic_requests_and_the_fakes_responses_fit_the_sdks_types() {
     let mut answer = responses[1].clone();
     answer["content"][0]["confidence"] = json!(0.9);
     let (_, errors) = sdk_errors("anthropic", "anthropic", &[invented], &[answer])
+        .await
+        .unwrap();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].contains("priority") && errors[1].contains("confidence"),
+        "{errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn responses_requests_and_the_fakes_responses_fit_the_sdks_types() {
+    let fake = calling_fake().await;
+    // JSON and text in each structured-output mode, a stored call, and a
+    // tool-call request with an earlier turn's call and its result.
+    for mode in ["json_schema", "json_object", "prompt_only"] {
+        let provider = provider_for(
+            &fake,
+            "openai-responses",
+            &format!("structured_output = [\"{mode}\"]"),
+        );
+        provider.chat(&json_request(), &call(1)).await.ok();
+        provider.chat(&text_request(), &call(2)).await.unwrap();
+    }
+    let stored = provider_for(&fake, "openai-responses", "store = true");
+    stored.chat(&text_request(), &call(3)).await.unwrap();
+    let provider = provider_for(&fake, "openai-responses", "");
+    let mut asked = tool_request();
+    asked.messages.push(Message::assistant(
+        "",
+        vec![surety_providers::CalledTool {
+            id: "call_1".into(),
+            name: "refund".into(),
+            arguments: r#"{"order_id": "1041"}"#.into(),
+        }],
+    ));
+    asked.messages.push(Message::tool("call_1", "refunded"));
+    asked.messages.push(Message::user("And order 1042?"));
+    let answer = provider.chat(&asked, &call(4)).await.unwrap();
+    assert_eq!(answer.json.unwrap()["tool"], "refund");
+    let requests: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    let last = requests.last().unwrap();
+    assert_eq!(last["tool_choice"], json!("required"), "{last}");
+    assert_eq!(last["input"][1]["type"], "function_call", "{last}");
+    assert_eq!(last["input"][2]["type"], "function_call_output", "{last}");
+    assert_eq!(
+        requests[0]["store"],
+        json!(false),
+        "nothing kept unless configured"
+    );
+    let mut responses = Vec::new();
+    for request in [&requests[1], last] {
+        responses.push(answer_of(format!("{}/responses", fake.openai_base_url()), request).await);
+    }
+    assert_eq!(
+        responses[1]["output"][0]["type"], "function_call",
+        "{}",
+        responses[1]
+    );
+    let Some((sdk, errors)) = sdk_errors("openai-responses", "openai", &requests, &responses).await
+    else {
+        return;
+    };
+    assert_eq!(errors, Vec::<String>::new(), "openai {sdk}");
+    eprintln!("validated against openai {sdk}");
+    let mut invented = last.clone();
+    invented["tools"][0]["priority"] = json!(1);
+    let mut answer = responses[1].clone();
+    answer["output"][0]["confidence"] = json!(0.9);
+    let (_, errors) = sdk_errors("openai-responses", "openai", &[invented], &[answer])
         .await
         .unwrap();
     assert_eq!(errors.len(), 2, "{errors:?}");

@@ -83,15 +83,20 @@ async fn a_stored_answer_is_found_by_id_and_by_metadata_and_a_miss_is_said() {
             kind.name
         );
         let id = stored[0]["id"].as_str().unwrap().to_owned();
+        // The Responses API has no list: without its id a response is not
+        // found.
+        let by_metadata = kind.reconciliation == Reconciliation::StoredCompletions;
         for by in [Some(id.as_str()), None] {
             match provider.look_up(lookup(by)).await.unwrap() {
                 Found::Answered {
                     response,
                     id: found,
                 } => {
+                    assert!(by.is_some() || by_metadata, "{}", kind.name);
                     assert_eq!(response.json, answered.json, "{}", kind.name);
                     assert_eq!(found.as_deref(), Some(id.as_str()), "{}", kind.name);
                 }
+                Found::NotFound if by.is_none() && !by_metadata => {}
                 other => panic!("{}: by {by:?}: {other:?}", kind.name),
             }
         }
@@ -111,6 +116,6 @@ async fn a_stored_answer_is_found_by_id_and_by_metadata_and_a_miss_is_said() {
             .await
             .unwrap();
         assert!(matches!(gone, Found::NotFound), "{}: {gone:?}", kind.name);
-        assert!(fake.lookups() >= 4, "{}", kind.name);
+        assert!(fake.lookups() >= 2, "{}: asked by id, found and missed", kind.name);
     }
 }

@@ -36,6 +36,9 @@ pub enum Conformance {
     /// The `anthropic` SDK's types, closed to unknown fields
     /// (`conformance::anthropic_requests_and_the_fakes_responses_fit_the_sdks_types`).
     AnthropicSdk,
+    /// The `openai` SDK's Responses types, closed to unknown fields
+    /// (`conformance::responses_requests_and_the_fakes_responses_fit_the_sdks_types`).
+    OpenAiResponsesSdk,
 }
 
 pub fn row(kind: ProviderKind) -> Row {
@@ -58,6 +61,13 @@ pub fn row(kind: ProviderKind) -> Row {
             unconstrained: "structured_output = [\"prompt_only\"]",
             seed_at: "/generationConfig/seed",
             conformance: Conformance::GoogleGenai,
+        },
+        ProviderKind::OpenaiResponses => Row {
+            base_url: FakeProvider::openai_base_url,
+            unconstrained: "structured_output = [\"json_object\"]",
+            // The Responses API takes no seed: refused before sending.
+            seed_at: "",
+            conformance: Conformance::OpenAiResponsesSdk,
         },
     }
 }

@@ -387,6 +387,13 @@ fn shape(job: &Value) -> Value {
         let attempt = attempt.as_object_mut().unwrap();
         attempt.remove("started_at_ms");
         attempt.remove("finished_at_ms");
+        // The provider's name for its answer counts its calls, shadow
+        // calls among them: whether one was made, not what it was.
+        let named = attempt.remove("provider_response_id");
+        attempt.insert(
+            "named".to_owned(),
+            json!(named.is_some_and(|id| !id.is_null())),
+        );
     }
     job
 }

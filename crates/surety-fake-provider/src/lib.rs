@@ -52,6 +52,10 @@ pub struct Script {
     /// What it keeps of each request.
     #[serde(default)]
     pub keep: Keep,
+    /// The first this many polls of a background response (`GET
+    /// /v1/responses/{id}`) never answer.
+    #[serde(default)]
+    pub hang_polls: u64,
 }
 
 /// What the fake keeps of each request it receives. Whatever it keeps
@@ -187,6 +191,7 @@ impl Default for Script {
             answer_model: None,
             replay_by_key: false,
             keep: Keep::Requests,
+            hang_polls: 0,
         }
     }
 }
@@ -225,6 +230,8 @@ pub enum WireFormat {
     OpenAi,
     Anthropic,
     Gemini,
+    /// OpenAI's Responses API.
+    Responses,
 }
 
 /// A request as the fake received it (credentials left out).
@@ -257,6 +264,10 @@ struct Log {
     /// How many times a stored completion was asked for (by id or by
     /// metadata): never counted as calls.
     lookups: u64,
+    /// Polls of background responses so far.
+    polls: u64,
+    /// Cancels asked for.
+    cancels: u64,
 }
 
 #[derive(Debug)]
@@ -372,6 +383,16 @@ impl FakeProvider {
         lock(&self.shared.log).lookups
     }
 
+    /// How many cancels were asked for (`POST /v1/responses/{id}/cancel`).
+    pub fn cancels(&self) -> u64 {
+        lock(&self.shared.log).cancels
+    }
+
+    /// How many polls of background responses came.
+    pub fn polls(&self) -> u64 {
+        lock(&self.shared.log).polls
+    }
+
     /// The chat completions stored so far (each with its `metadata`).
     pub fn stored(&self) -> Vec<Value> {
         lock(&self.shared.log).stored.clone()
@@ -420,6 +441,9 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(openai_chat).get(stored_list))
         .route("/v1/chat/completions/{id}", get(stored_one))
+        .route("/v1/responses", post(responses_create))
+        .route("/v1/responses/{id}", get(response_get))
+        .route("/v1/responses/{id}/cancel", post(response_cancel))
         .route("/v1/messages", post(anthropic_messages))
         .route("/v1beta/models/{call}", post(gemini_generate))
         .route("/v1/models", get(models))
@@ -605,6 +629,22 @@ fn prompt_text(body: &Value) -> String {
         text.push_str(&parts(content));
         text.push('\n');
     }
+    if let Some(instructions) = body["instructions"].as_str() {
+        text.push_str(instructions);
+        text.push('\n');
+    }
+    for item in body["input"].as_array().into_iter().flatten() {
+        match &item["content"] {
+            Value::String(s) => text.push_str(s),
+            Value::Array(parts) => {
+                for part in parts {
+                    text.push_str(part["text"].as_str().unwrap_or_default());
+                }
+            }
+            _ => text.push_str(item["output"].as_str().unwrap_or_default()),
+        }
+        text.push('\n');
+    }
     for message in body["messages"].as_array().into_iter().flatten() {
         match &message["content"] {
             Value::String(s) => text.push_str(s),
@@ -714,7 +754,7 @@ async fn answer(shared: &Shared, plan: Plan, headers: &HeaderMap, ok: &impl Answ
     if let Some(metadata) = ok.stored() {
         let mut kept = body.clone();
         kept["metadata"] = metadata.clone();
-        lock(&shared.log).stored.push(kept);
+        keep(shared, kept);
     }
     let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
     match lost {
@@ -1002,6 +1042,17 @@ impl Answers for OpenAiAnswer {
 
     fn stored(&self) -> Option<&Value> {
         self.store.as_ref()
+    }
+}
+
+/// Stores an answer, in place of one stored with its id before (a
+/// background response's queued record), unless that one was cancelled.
+fn keep(shared: &Shared, kept: Value) {
+    let mut log = lock(&shared.log);
+    match log.stored.iter().position(|c| c["id"] == kept["id"]) {
+        Some(at) if log.stored[at]["status"] == json!("cancelled") => {}
+        Some(at) => log.stored[at] = kept,
+        None => log.stored.push(kept),
     }
 }
 
@@ -1309,4 +1360,254 @@ fn bad_request(message: &str) -> Response {
 /// A stand-in token count: the fake has no tokenizer and says so by name.
 fn word_count(text: &str) -> u64 {
     text.split_whitespace().count() as u64
+}
+
+/// `POST /v1/responses`: a response, or with `background` a queued one at
+/// once, its work done on a task of its own (stored, to be polled).
+async fn responses_create(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some((body, plan)) = receive(&shared, WireFormat::Responses, &headers, &body) else {
+        return bad_request("the request body is not JSON");
+    };
+    let answers = ResponsesAnswer {
+        call: plan.call,
+        model: plan.model.clone(),
+        prompt_tokens: word_count(&prompt_text(&body)),
+        offers_tools: offers_tools(&body),
+        store: (body["store"] == json!(true)).then(|| body["metadata"].clone()),
+        echo: json!({
+            "tools": body.get("tools").cloned().unwrap_or_else(|| json!([])),
+            "tool_choice": body.get("tool_choice").cloned().unwrap_or_else(|| json!("auto")),
+            "parallel_tool_calls": body.get("parallel_tool_calls").cloned().unwrap_or(json!(true)),
+        }),
+    };
+    if body["background"] != json!(true) {
+        return answer(&shared, plan, &headers, &answers).await;
+    }
+    if answers.store.is_none() {
+        return bad_request("background responses must be stored (`store: true`)");
+    }
+    // The create's own answer may be lost; the work goes on regardless.
+    let (work, lost) = match plan.behavior.clone() {
+        Behavior::Lost(inner) => (*inner, Lost::Silently),
+        Behavior::LostAfterId(inner) => (*inner, Lost::AfterId),
+        other => (other, Lost::Not),
+    };
+    let queued = answers.response(Vec::new(), "queued", None, "");
+    let mut record = queued.clone();
+    record["metadata"] = answers.store.clone().unwrap_or_default();
+    keep(&shared, record);
+    let id = answers.id();
+    let worker = shared.clone();
+    tokio::spawn(async move {
+        let done = answer(
+            &worker,
+            Plan {
+                behavior: work,
+                ..plan
+            },
+            &HeaderMap::new(),
+            &answers,
+        )
+        .await;
+        if !done.status().is_success() {
+            let mut log = lock(&worker.log);
+            if let Some(stored) = log.stored.iter_mut().find(|c| c["id"] == json!(id))
+                && stored["status"] != json!("cancelled")
+            {
+                stored["status"] = json!("failed");
+                stored["error"] = json!({"code": "server_error", "message": format!("the work failed with HTTP {}", done.status().as_u16())});
+            }
+        }
+    });
+    let bytes = Bytes::from(serde_json::to_vec(&queued).unwrap_or_default());
+    match lost {
+        Lost::Silently => std::future::pending().await,
+        Lost::AfterId => {
+            let member = format!("\"id\":\"{}\"", queued["id"].as_str().unwrap_or_default());
+            let end = String::from_utf8_lossy(&bytes)
+                .find(&member)
+                .map_or(0, |at| at + member.len());
+            let chunks = futures_util::StreamExt::chain(
+                futures_util::stream::iter([Ok::<Bytes, std::io::Error>(bytes.slice(..end))]),
+                futures_util::stream::pending(),
+            );
+            let mut response = Response::new(Body::from_stream(chunks));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Lost::Not | Lost::Held => {
+            ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+        }
+    }
+}
+
+/// OpenAI's 404 for a response it does not have.
+fn no_response(id: &str) -> Response {
+    let body = json!({"error": {
+        "message": format!("Response with id '{id}' not found."),
+        "type": "invalid_request_error", "param": null, "code": null,
+    }});
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+/// `GET /v1/responses/{id}`: a stored response as it is now; the first
+/// `hang_polls` polls never answer.
+async fn response_get(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let hang_polls = read(&shared.script).hang_polls;
+    let found = {
+        let mut log = lock(&shared.log);
+        log.lookups += 1;
+        log.polls += 1;
+        if log.polls <= hang_polls {
+            None
+        } else {
+            Some(log.stored.iter().find(|c| c["id"] == json!(id)).cloned())
+        }
+    };
+    match found {
+        None => std::future::pending().await,
+        Some(Some(response)) => axum::Json(response).into_response(),
+        Some(None) => no_response(&id),
+    }
+}
+
+/// `POST /v1/responses/{id}/cancel`: a background response still running
+/// is cancelled (and its work, when it ends, is not kept).
+async fn response_cancel(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    let mut log = lock(&shared.log);
+    log.cancels += 1;
+    let Some(stored) = log.stored.iter_mut().find(|c| c["id"] == json!(id)) else {
+        drop(log);
+        return no_response(&id);
+    };
+    if matches!(stored["status"].as_str(), Some("queued" | "in_progress")) {
+        stored["status"] = json!("cancelled");
+    }
+    axum::Json(stored.clone()).into_response()
+}
+
+/// A response of the Responses API.
+struct ResponsesAnswer {
+    call: u64,
+    model: String,
+    prompt_tokens: u64,
+    offers_tools: bool,
+    /// The metadata the request asked its response to be stored with.
+    store: Option<Value>,
+    /// What a response echoes of its request (its tools and their choice).
+    echo: Value,
+}
+
+impl ResponsesAnswer {
+    fn id(&self) -> String {
+        format!("resp_fake_{}", self.call)
+    }
+
+    fn response(
+        &self,
+        output: Vec<Value>,
+        status: &str,
+        incomplete: Option<&str>,
+        text: &str,
+    ) -> Value {
+        let output_tokens = word_count(text);
+        let mut response = json!({
+            "id": self.id(),
+            "object": "response",
+            "created_at": 1_767_225_600,
+            "status": status,
+            "model": self.model,
+            "output": output,
+            "incomplete_details": incomplete.map(|reason| json!({"reason": reason})),
+            "error": null,
+            "usage": {
+                "input_tokens": self.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.prompt_tokens + output_tokens,
+            },
+        });
+        for (key, value) in self.echo.as_object().into_iter().flatten() {
+            response[key] = value.clone();
+        }
+        response
+    }
+
+    fn message(&self, part: Value) -> Value {
+        json!({
+            "type": "message",
+            "id": format!("msg_fake_{}", self.call),
+            "status": "completed",
+            "role": "assistant",
+            "content": [part],
+        })
+    }
+
+    fn text(&self, text: &str) -> Value {
+        self.message(json!({"type": "output_text", "text": text, "annotations": []}))
+    }
+}
+
+impl Answers for ResponsesAnswer {
+    fn reply(&self, text: &str) -> Value {
+        match tool_calls_in(text).filter(|_| self.offers_tools) {
+            Some(calls) => {
+                let items = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (name, arguments))| {
+                        json!({
+                            "type": "function_call",
+                            "id": format!("fc_fake_{}_{i}", self.call),
+                            "call_id": format!("call_fake_{}_{i}", self.call),
+                            "name": name,
+                            "arguments": arguments.to_string(),
+                            "status": "completed",
+                        })
+                    })
+                    .collect();
+                self.response(items, "completed", None, text)
+            }
+            None => self.response(vec![self.text(text)], "completed", None, text),
+        }
+    }
+
+    fn refusal(&self, words: &str) -> Value {
+        let part = json!({"type": "refusal", "refusal": words});
+        self.response(vec![self.message(part)], "completed", None, words)
+    }
+
+    fn finish(&self, text: &str, reason: &str) -> Value {
+        match reason {
+            "completed" => self.response(vec![self.text(text)], "completed", None, text),
+            other => self.response(vec![self.text(text)], "incomplete", Some(other), text),
+        }
+    }
+
+    fn thought(&self, thought: &str, text: &str) -> Value {
+        let reasoning = json!({
+            "type": "reasoning",
+            "id": format!("rs_fake_{}", self.call),
+            "summary": [{"type": "summary_text", "text": thought}],
+        });
+        self.response(vec![reasoning, self.text(text)], "completed", None, text)
+    }
+
+    fn stored(&self) -> Option<&Value> {
+        self.store.as_ref()
+    }
 }

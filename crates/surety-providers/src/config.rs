@@ -40,6 +40,9 @@ pub enum ProviderKind {
     Anthropic,
     /// Google's Gemini API (generateContent).
     Gemini,
+    /// OpenAI's Responses API.
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
 }
 
 impl ProviderKind {
@@ -83,6 +86,9 @@ pub struct RawProviderConfig {
     /// Whether the provider keeps each answer for surety to ask for later
     /// (OpenAI's stored completions; off by default).
     pub store: Option<bool>,
+    /// Whether each call runs in the background at the provider and is
+    /// polled (the Responses API; needs `store`).
+    pub background: Option<bool>,
     /// Model ids besides `model` (and its dated snapshots) that may answer.
     pub served_models: Option<Vec<String>>,
     /// The most bytes of a response read (default 8 MiB).
@@ -96,6 +102,8 @@ pub struct RawProviderConfig {
 pub struct RawTimeouts {
     pub connect_ms: Option<u64>,
     pub request_ms: Option<u64>,
+    /// Between polls of a background call.
+    pub poll_ms: Option<u64>,
 }
 
 /// One validated provider. It holds no secret, so it can be shown, logged
@@ -117,6 +125,8 @@ pub struct ProviderConfig {
     pub max_response_bytes: usize,
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
+    /// Between polls of a background call.
+    pub poll_interval: Duration,
 }
 
 /// Every configured provider, by id.
@@ -225,6 +235,13 @@ impl ProviderConfig {
         let seed = capability("seed", kind.seed, raw.seed)?;
         let tool_calls = capability("tool_calls", kind.tool_calls, raw.tool_calls)?;
         let store = capability("store", kind.store, raw.store)?;
+        let background = capability("background", kind.background, raw.background)?;
+        if background && !store {
+            return Err(ConfigError::at(
+                path("background"),
+                "a background call is kept at the provider to be polled: it needs `store = true`",
+            ));
+        }
         let tokenizer = match raw.tokenizer.as_deref() {
             None | Some("none") => TokenizerConfig::None,
             Some("server") if tokenize_endpoint => TokenizerConfig::Server,
@@ -286,6 +303,7 @@ impl ProviderConfig {
                 idempotency_header,
                 tool_calls,
                 store,
+                background,
             },
             tokenizer,
             context_window: raw.context_window,
@@ -310,6 +328,7 @@ impl ProviderConfig {
             },
             connect_timeout: millis("timeouts.connect_ms", raw.timeouts.connect_ms, 5_000)?,
             request_timeout: millis("timeouts.request_ms", raw.timeouts.request_ms, 120_000)?,
+            poll_interval: millis("timeouts.poll_ms", raw.timeouts.poll_ms, 500)?,
         })
     }
 
@@ -357,6 +376,9 @@ impl ProviderConfig {
         if self.capabilities.store {
             behaviour["store"] = serde_json::Value::Bool(true);
         }
+        if self.capabilities.background {
+            behaviour["background"] = serde_json::Value::Bool(true);
+        }
         behaviour
     }
 
@@ -366,7 +388,11 @@ impl ProviderConfig {
     pub fn reconciliation(&self) -> crate::kinds::Reconciliation {
         use crate::kinds::Reconciliation;
         match spec(self.kind).reconciliation {
-            Reconciliation::StoredCompletions if !self.capabilities.store => Reconciliation::None,
+            Reconciliation::StoredCompletions | Reconciliation::Responses
+                if !self.capabilities.store =>
+            {
+                Reconciliation::None
+            }
             way => way,
         }
     }
@@ -420,6 +446,7 @@ fn serialize_capabilities<S: serde::Serializer>(
         idempotency_header: Option<&'a str>,
         tool_calls: bool,
         store: bool,
+        background: bool,
     }
     Shown {
         structured_output: &caps.structured_output,
@@ -429,6 +456,7 @@ fn serialize_capabilities<S: serde::Serializer>(
         idempotency_header: caps.idempotency_header.as_deref(),
         tool_calls: caps.tool_calls,
         store: caps.store,
+        background: caps.background,
     }
     .serialize(s)
 }

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::config::{ConfigError, ProviderConfig, ProviderKind};
 use crate::secret::Secret;
-use crate::{Finish, Provider, StructuredMode, anthropic, gemini, openai};
+use crate::{Finish, Provider, StructuredMode, anthropic, gemini, openai, responses};
 
 /// Whether a kind has a capability, and if so, whether it is on unless the
 /// configuration says otherwise.
@@ -46,6 +46,11 @@ pub enum Reconciliation {
     /// by the attempt's metadata (`GET /chat/completions?metadata[…]`). Only
     /// where the provider's configuration opts in to `store`.
     StoredCompletions,
+    /// OpenAI's stored responses (`store = true`): read back by the id the
+    /// create call answered with (`GET /responses/{id}`); there is no list,
+    /// so a response whose id was never read cannot be found. A background
+    /// one still running is polled on, and can be cancelled there.
+    Responses,
     /// It cannot be asked: an unknown attempt waits for a late answer or
     /// an operator.
     None,
@@ -56,6 +61,7 @@ impl Reconciliation {
     pub fn as_str(self) -> &'static str {
         match self {
             Reconciliation::StoredCompletions => "stored-completions",
+            Reconciliation::Responses => "responses",
             Reconciliation::None => "none",
         }
     }
@@ -94,6 +100,9 @@ pub struct KindSpec {
     /// read back by id or found by their metadata). Storage has privacy
     /// consequences: it is off unless the configuration opts in.
     pub store: Support,
+    /// Whether each call can run in the background at the provider and be
+    /// polled (`background = true`, which needs `store`).
+    pub background: Support,
     /// How an unknown attempt can be resolved by asking the provider
     /// whether it did the work, where the kind can tell at all.
     pub reconciliation: Reconciliation,
@@ -122,6 +131,7 @@ pub static OPENAI: KindSpec = KindSpec {
     idempotency_header: Some("Idempotency-Key"),
     tool_calls: Support::Yes { default: true },
     store: Support::Yes { default: false },
+    background: Support::No,
     reconciliation: Reconciliation::StoredCompletions,
     finish_field: "finish_reason",
     finish_reasons: &[
@@ -157,6 +167,7 @@ pub static ANTHROPIC: KindSpec = KindSpec {
     idempotency_header: None,
     tool_calls: Support::Yes { default: true },
     store: Support::No,
+    background: Support::No,
     // Anthropic keeps no message to read back: an unknown stays unknown.
     reconciliation: Reconciliation::None,
     finish_field: "stop_reason",
@@ -193,6 +204,7 @@ pub static GEMINI: KindSpec = KindSpec {
     idempotency_header: None,
     tool_calls: Support::Yes { default: true },
     store: Support::No,
+    background: Support::No,
     // generateContent keeps nothing to read back: an unknown stays unknown.
     reconciliation: Reconciliation::None,
     finish_field: "finishReason",
@@ -232,8 +244,37 @@ impl KindSpec {
     }
 }
 
+pub static OPENAI_RESPONSES: KindSpec = KindSpec {
+    kind: ProviderKind::OpenaiResponses,
+    name: "openai-responses",
+    wire_format: "OpenAI Responses (POST {base_url}/responses)",
+    structured_modes: &[
+        StructuredMode::JsonSchema,
+        StructuredMode::JsonObject,
+        StructuredMode::PromptOnly,
+    ],
+    default_modes: &[StructuredMode::JsonSchema],
+    // The Responses API takes no seed.
+    seed: Support::No,
+    tokenize_endpoint: Support::No,
+    models_endpoint: Support::Yes { default: true },
+    idempotency_header: Some("Idempotency-Key"),
+    tool_calls: Support::Yes { default: true },
+    store: Support::Yes { default: false },
+    background: Support::Yes { default: false },
+    reconciliation: Reconciliation::Responses,
+    // `status`, and an incomplete response's `incomplete_details.reason`.
+    finish_field: "status",
+    finish_reasons: &[
+        ("completed", Finish::Complete),
+        ("max_output_tokens", Finish::Truncated),
+        ("content_filter", Finish::Refused),
+    ],
+    build: |config, key| Ok(Arc::new(responses::ResponsesProvider::new(config, key)?)),
+};
+
 /// Every kind, in the order they are documented.
-pub static KINDS: [&KindSpec; 3] = [&OPENAI, &ANTHROPIC, &GEMINI];
+pub static KINDS: [&KindSpec; 4] = [&OPENAI, &ANTHROPIC, &GEMINI, &OPENAI_RESPONSES];
 
 /// The spec of `kind`: a new kind without one does not compile.
 pub fn spec(kind: ProviderKind) -> &'static KindSpec {
@@ -241,6 +282,7 @@ pub fn spec(kind: ProviderKind) -> &'static KindSpec {
         ProviderKind::Openai => &OPENAI,
         ProviderKind::Anthropic => &ANTHROPIC,
         ProviderKind::Gemini => &GEMINI,
+        ProviderKind::OpenaiResponses => &OPENAI_RESPONSES,
     }
 }
 
@@ -332,9 +374,10 @@ mod tests {
             ProviderKind::Openai => 0,
             ProviderKind::Anthropic => 1,
             ProviderKind::Gemini => 2,
+            ProviderKind::OpenaiResponses => 3,
         }
     }
-    const VARIANTS: usize = 3;
+    const VARIANTS: usize = 4;
 
     #[test]
     fn the_registry_lists_every_kind_once() {

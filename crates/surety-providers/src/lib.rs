@@ -15,6 +15,7 @@ pub mod gemini;
 mod http;
 pub mod kinds;
 pub mod openai;
+pub mod responses;
 mod secret;
 pub mod tokenizer;
 mod tools;
@@ -70,6 +71,13 @@ pub trait Provider: Send + Sync + fmt::Debug {
         refused(self.id(), NO_LOOKUP)
     }
 
+    /// Cancels, at the provider, the work of an earlier call it is still
+    /// doing (a background response), by the provider's id for it; by
+    /// default the provider cannot, and the call is refused.
+    fn cancel<'a>(&'a self, _response_id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+        refused(self.id(), NO_CANCEL)
+    }
+
     /// The models the server says it serves (`/v1/models`), when it has
     /// such an endpoint; by default it has none, and the call is refused.
     fn served_models(&self) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
@@ -93,6 +101,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
 pub(crate) const NO_LOOKUP: &str =
     "this provider keeps nothing to ask about an earlier call (reconciliation: none)";
+pub(crate) const NO_CANCEL: &str =
+    "this provider cannot cancel an earlier call (only a background response can be)";
 pub(crate) const NO_MODELS_ENDPOINT: &str = "this provider declares no models endpoint";
 pub(crate) const NO_TOKENIZE_ENDPOINT: &str = "this provider declares no tokenize endpoint";
 
@@ -563,4 +573,7 @@ pub struct Capabilities {
     /// Every answer is stored at the provider, with the attempt's
     /// metadata, to be asked for later (OpenAI's `store: true`).
     pub store: bool,
+    /// Every call runs in the background at the provider and is polled
+    /// (the Responses API's `background: true`).
+    pub background: bool,
 }

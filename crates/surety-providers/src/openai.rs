@@ -405,7 +405,7 @@ impl Provider for OpenAiProvider {
 }
 
 /// OpenAI limits schema names to `[a-zA-Z0-9_-]{1,64}`.
-fn wire_name(name: &str) -> String {
+pub(crate) fn wire_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .map(|c| {
@@ -476,13 +476,13 @@ struct WirePromptDetails {
 }
 
 #[derive(Deserialize)]
-struct ModelList {
-    data: Vec<ModelEntry>,
+pub(crate) struct ModelList {
+    pub(crate) data: Vec<ModelEntry>,
 }
 
 #[derive(Deserialize)]
-struct ModelEntry {
-    id: String,
+pub(crate) struct ModelEntry {
+    pub(crate) id: String,
 }
 
 #[derive(Deserialize)]

@@ -275,8 +275,9 @@ pub struct ProviderView {
 /// How a provider's unknown attempts are resolved.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ReconciliationView {
-    /// `stored-completions` (OpenAI, with `store = true`) or `none`.
-    #[schema(value_type = String, pattern = "^(stored-completions|none)$")]
+    /// `stored-completions` (OpenAI chat completions, with `store = true`),
+    /// `responses` (the Responses API, with `store = true`) or `none`.
+    #[schema(value_type = String, pattern = "^(stored-completions|responses|none)$")]
     pub way: String,
     /// Whether an unknown attempt here can be resolved by asking.
     pub can_ask: bool,
@@ -290,6 +291,9 @@ impl ReconciliationView {
         let how = match way {
             Reconciliation::StoredCompletions => {
                 "asked afterwards: its stored completion is read back by the id the answer began with, else found by the attempt's metadata"
+            }
+            Reconciliation::Responses => {
+                "asked afterwards: its stored response is read back by the id the create call answered with (a background one is polled on, and cancelled there with its attempt)"
             }
             Reconciliation::None => {
                 "cannot be asked: the provider keeps nothing to read back, so an unknown attempt waits for a late answer or an operator"
