@@ -142,7 +142,7 @@ pub async fn certify_within(
 /// Provider `fake` of `kind` (`openai`, `anthropic`, `gemini`) at `fake`.
 pub fn kind_config(fake: &FakeProvider, kind: &str, extra: &str) -> ProviderConfig {
     let base_url = match kind {
-        "openai" => fake.openai_base_url(),
+        "openai" | "openai-responses" => fake.openai_base_url(),
         "anthropic" => fake.anthropic_base_url(),
         "gemini" => fake.gemini_base_url(),
         other => panic!("no fake wire format for kind `{other}`"),
@@ -159,6 +159,48 @@ pub fn failed_checks(result: &ContractResult) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// OpenAI's Responses API certifies every contract (support-action's tool
+/// calls among them) against the fake, as it is sent and polled in the
+/// background too; the request certified is the Responses request.
+#[tokio::test]
+async fn the_responses_kind_certifies_every_contract_in_the_foreground_and_in_the_background() {
+    let contracts = surety_contracts::load_all(&contracts_dir()).unwrap();
+    let ids: Vec<&str> = contracts.iter().map(|c| c.id.as_str()).collect();
+    for id in ["language-detect", "support-triage", "invoice-extraction", "support-action"] {
+        assert!(ids.contains(&id), "{ids:?}");
+    }
+    let mut script = Script::default();
+    for contract in &contracts {
+        script
+            .rules
+            .extend(script_for(contract, |_, a| reply(&a)).rules);
+    }
+    let fake = FakeProvider::start(script).await.unwrap();
+    for extra in ["", "store = true\nbackground = true\ntimeouts = { poll_ms = 1 }"] {
+        let golden = tempfile::tempdir().unwrap();
+        let config = kind_config(&fake, "openai-responses", extra);
+        certify_as(config.clone(), &contracts, golden.path(), true).await;
+        let results = certify_as(config, &contracts, golden.path(), false).await;
+        for result in &results {
+            assert!(
+                result.certified,
+                "{extra}: {}: {:?}",
+                result.contract,
+                result.failures()
+            );
+        }
+    }
+    let sent: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
+    assert!(sent.iter().all(|b| b["instructions"].is_string() && b["input"].is_array()));
+    assert!(sent.iter().any(|b| b["text"]["format"]["type"] == "json_schema"));
+    assert!(sent.iter().any(|b| b["tool_choice"] == "required" || b["tool_choice"]["type"] == "function"));
+    assert!(
+        sent.iter().any(|b| b["background"] == true && b["store"] == true),
+        "the background run created in the background"
+    );
+    assert!(fake.polls() > 0, "and polled");
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use surety_fake_provider::{Behavior, FakeProvider};
 
 use crate::{certify_as, contract, failed_checks, kind_config, reply, script_for};
 
-const KINDS: [&str; 3] = ["openai", "anthropic", "gemini"];
+const KINDS: [&str; 4] = ["openai", "anthropic", "gemini", "openai-responses"];
 
 /// Certifies `support-action` for a fake of `kind` whose answers pass
 /// through `edit`, golden snapshots accepted first from a well-behaved
