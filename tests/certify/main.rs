@@ -168,7 +168,12 @@ pub fn failed_checks(result: &ContractResult) -> Vec<String> {
 async fn the_responses_kind_certifies_every_contract_in_the_foreground_and_in_the_background() {
     let contracts = surety_contracts::load_all(&contracts_dir()).unwrap();
     let ids: Vec<&str> = contracts.iter().map(|c| c.id.as_str()).collect();
-    for id in ["language-detect", "support-triage", "invoice-extraction", "support-action"] {
+    for id in [
+        "language-detect",
+        "support-triage",
+        "invoice-extraction",
+        "support-action",
+    ] {
         assert!(ids.contains(&id), "{ids:?}");
     }
     let mut script = Script::default();
@@ -178,7 +183,10 @@ async fn the_responses_kind_certifies_every_contract_in_the_foreground_and_in_th
             .extend(script_for(contract, |_, a| reply(&a)).rules);
     }
     let fake = FakeProvider::start(script).await.unwrap();
-    for extra in ["", "store = true\nbackground = true\ntimeouts = { poll_ms = 1 }"] {
+    for extra in [
+        "",
+        "store = true\nbackground = true\ntimeouts = { poll_ms = 1 }",
+    ] {
         let golden = tempfile::tempdir().unwrap();
         let config = kind_config(&fake, "openai-responses", extra);
         certify_as(config.clone(), &contracts, golden.path(), true).await;
@@ -193,11 +201,21 @@ async fn the_responses_kind_certifies_every_contract_in_the_foreground_and_in_th
         }
     }
     let sent: Vec<Value> = fake.requests().into_iter().map(|r| r.body).collect();
-    assert!(sent.iter().all(|b| b["instructions"].is_string() && b["input"].is_array()));
-    assert!(sent.iter().any(|b| b["text"]["format"]["type"] == "json_schema"));
-    assert!(sent.iter().any(|b| b["tool_choice"] == "required" || b["tool_choice"]["type"] == "function"));
     assert!(
-        sent.iter().any(|b| b["background"] == true && b["store"] == true),
+        sent.iter()
+            .all(|b| b["instructions"].is_string() && b["input"].is_array())
+    );
+    assert!(
+        sent.iter()
+            .any(|b| b["text"]["format"]["type"] == "json_schema")
+    );
+    assert!(
+        sent.iter()
+            .any(|b| b["tool_choice"] == "required" || b["tool_choice"]["type"] == "function")
+    );
+    assert!(
+        sent.iter()
+            .any(|b| b["background"] == true && b["store"] == true),
         "the background run created in the background"
     );
     assert!(fake.polls() > 0, "and polled");

@@ -116,6 +116,10 @@ async fn a_stored_answer_is_found_by_id_and_by_metadata_and_a_miss_is_said() {
             .await
             .unwrap();
         assert!(matches!(gone, Found::NotFound), "{}: {gone:?}", kind.name);
-        assert!(fake.lookups() >= 2, "{}: asked by id, found and missed", kind.name);
+        assert!(
+            fake.lookups() >= 2,
+            "{}: asked by id, found and missed",
+            kind.name
+        );
     }
 }

@@ -42,6 +42,7 @@ mod reconciliation {
         a_lost_answer_whose_id_arrived_is_found_by_its_id_and_its_late_result_settles_once,
         a_stored_answer_that_is_none_fails_over_and_a_miss_stays_unknown,
         an_unknown_at_a_provider_that_cannot_be_asked_stays_unknown_and_says_so,
+        a_background_response_outlives_a_poll_that_times_out_and_a_cancel_there_fails_over,
     );
 }
 

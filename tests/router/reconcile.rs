@@ -283,3 +283,89 @@ pub async fn an_unknown_at_a_provider_that_cannot_be_asked_stays_unknown_and_say
         "{page}"
     );
 }
+
+/// `[providers.<id>]` for a Responses-kind fake that runs every call in the
+/// background and polls it, each poll (and the create) given 200 ms.
+fn in_background(id: &str, fake: &FakeProvider) -> String {
+    format!(
+        "[providers.{id}]\nkind = \"openai-responses\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\n\
+         store = true\nbackground = true\ntimeouts = {{ request_ms = 200, poll_ms = 20 }}\n",
+        fake.openai_base_url()
+    )
+}
+
+/// A router whose `fake-a` runs in the background, `fake-b` (chat) after it.
+async fn background_router(db: &TestDb, a: &FakeProvider, b: &FakeProvider) -> Router {
+    let providers = format!(
+        "{}{}",
+        in_background("fake-a", a),
+        provider_toml("fake-b", b)
+    );
+    let parsed = surety_providers::ProvidersConfig::from_toml(&providers).unwrap();
+    let configs = [&parsed.providers["fake-a"], &parsed.providers["fake-b"]];
+    let pairs: Vec<(&surety_providers::ProviderConfig, &str)> =
+        configs.iter().map(|c| (*c, "language-detect")).collect();
+    Router::start_with(
+        db,
+        &providers,
+        "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n",
+        &manifest_of(&pairs),
+        "attempt_timeout_ms = 5000\n",
+    )
+    .await
+}
+
+pub async fn a_background_response_outlives_a_poll_that_times_out_and_a_cancel_there_fails_over(
+    db: &TestDb,
+) {
+    // The first poll never answers: it times out, and is polled again.
+    let fake = FakeProvider::start(Script {
+        hang_polls: 1,
+        ..Script::always(Behavior::Reply(ENGLISH.to_owned()))
+    })
+    .await
+    .unwrap();
+    let fallback = FakeProvider::start(language_script()).await.unwrap();
+    let router = background_router(db, &fake, &fallback).await;
+    let (status, _, job) = router
+        .create(ACME, "bg-1", &detect("Hello there"), Some(10))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    assert_eq!(
+        job["state"], "succeeded",
+        "a poll that timed out is no unknown: {job}"
+    );
+    assert_eq!(job["result"], json!({"language": "english"}));
+    assert_eq!(
+        job["attempts"][0]["provider_response_id"], "resp_fake_1",
+        "{job}"
+    );
+    assert!(fake.polls() >= 2, "polled past the one that hung");
+    assert_eq!(fake.calls(), 1, "created once");
+    assert_eq!(router.metric("surety_unknown_attempts_open").await, 0.0);
+    assert_eq!(fallback.calls(), 0);
+
+    // Work that never ends there: an admin cancels the attempt, the
+    // provider is asked to cancel it (definite), and the job fails over.
+    fake.set_script(Script::always(Behavior::Hang));
+    let (status, _, job) = router
+        .create(ACME, "bg-2", &detect("Hello there"), Some(0))
+        .await;
+    assert!(status.is_success(), "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let named =
+        until(async || attempts(&router, &id).await[0]["provider_response_id"].is_string()).await;
+    assert!(
+        named,
+        "the create's id is on the attempt while it is polled"
+    );
+    let (status, _, cancelled) = router
+        .post(ACME_ADMIN, &format!("/v1/jobs/{id}/attempts/1/cancel"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(fake.cancels(), 1, "cancelled at the provider");
+    let job = job_once(&router, &id, "succeeded").await;
+    assert_eq!(providers_tried(&job), ["fake-a", "fake-b"], "{job}");
+    assert_eq!(job["attempts"][0]["state"], "cancelled", "{job}");
+    assert_eq!(fake.calls(), 2);
+}

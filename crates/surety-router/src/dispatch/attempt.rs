@@ -399,6 +399,7 @@ pub(super) async fn record(
     // What became of the attempt, counted in one place: by provider and
     // outcome, and an answer that did not become the job's is a late
     // result discarded.
+    let failure = matches!(outcome, Outcome::Failed { .. });
     let (counted, end) = match finish_held(state, handle, outcome).await {
         Ok((Finish::Won(job), attempts)) => {
             let job = *job;
@@ -427,6 +428,16 @@ pub(super) async fn record(
             (Some("lost"), End::Lost)
         }
         Ok((Finish::Failed, _)) => (Some("failed"), End::Failed(next)),
+        // Cancelled out of band, and the provider says it ended without an
+        // answer (a background response cancelled there): no work is left
+        // running, and the job goes on as after the attempt's own failure.
+        Err(surety_store::StoreError::Transition(surety_core::TransitionError::Attempt {
+            from: surety_core::AttemptState::Cancelled,
+            ..
+        })) if failure => {
+            tracing::info!(job_id = %handle.job_id, attempt = handle.ordinal, "the cancelled attempt ended at its provider; the job goes on");
+            (None, End::Failed(next))
+        }
         Err(e) => {
             tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, error = %e, "late result discarded: the attempt's outcome was refused");
             (None, End::Lost)

@@ -100,10 +100,33 @@ pub async fn cancel(
         .cancel_attempt(owner, job_id, n, &reason)
         .await?;
     let attempts = state.inner.store.attempts(owner, job_id).await?;
-    let provider = attempts
-        .iter()
-        .find(|a| a.ordinal == n)
-        .map_or("", |a| a.provider.as_str());
+    let cancelled = attempts.iter().find(|a| a.ordinal == n);
+    let provider = cancelled.map_or("", |a| a.provider.as_str());
+    // Where the provider can stop the work (a background response), it is
+    // asked to, by the id the attempt recorded: the attempt's own poll then
+    // sees it end there, and the job goes on.
+    if let Some((served, id)) = cancelled.and_then(|a| {
+        let served = state.inner.providers.get(&a.provider)?;
+        let id = a.provider_response_id.as_deref()?;
+        served
+            .config
+            .capabilities
+            .background
+            .then_some((served, id))
+    }) {
+        let timeout = state.inner.settings.reconciling.timeout;
+        match tokio::time::timeout(timeout, served.adapter.cancel(id)).await {
+            Ok(Ok(())) => {
+                tracing::info!(job_id = %job_id, attempt = n, response = id, "cancelled at the provider")
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(job_id = %job_id, attempt = n, response = id, error = %e, "the provider did not cancel the response")
+            }
+            Err(_) => {
+                tracing::warn!(job_id = %job_id, attempt = n, response = id, "the provider did not answer the cancel in time")
+            }
+        }
+    }
     state
         .inner
         .metrics
