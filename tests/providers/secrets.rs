@@ -36,6 +36,9 @@ async fn the_api_key_never_reaches_logs_errors_or_debug_output() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // A callsite another test's thread registered while this subscriber
+    // was being set may have cached "never": ask every callsite again.
+    tracing::callsite::rebuild_interest_cache();
 
     let fake = FakeProvider::start(Script::always(Behavior::EchoCredentials))
         .await

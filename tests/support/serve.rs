@@ -38,6 +38,34 @@ pub fn workspace_routed(
     route: &str,
     server: &str,
 ) -> tempfile::TempDir {
+    workspace_of(repo, db_url, (providers, ""), route, server)
+}
+
+/// As [`workspace`], the provider storing its answers (`store = true`):
+/// its unknown attempts can be reconciled.
+pub fn workspace_storing(
+    repo: &Path,
+    db_url: &str,
+    fake: &FakeProvider,
+    server: &str,
+) -> tempfile::TempDir {
+    workspace_of(
+        repo,
+        db_url,
+        (&[("fake-a", fake)], "store = true\n"),
+        "",
+        server,
+    )
+}
+
+/// As [`workspace_routed`], with `extra` in every provider's table.
+fn workspace_of(
+    repo: &Path,
+    db_url: &str,
+    (providers, extra): (&[(&str, &FakeProvider)], &str),
+    route: &str,
+    server: &str,
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let contract = surety_contracts::Contract::load(&repo.join("contracts/language-detect"))
         .expect("the contract");
@@ -48,7 +76,7 @@ pub fn workspace_routed(
         .iter()
         .map(|(id, fake)| {
             format!(
-                "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\ntokenizer = \"tiktoken:o200k_base\"\n",
+                "[providers.{id}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"{id}\"\ncontext_window = 16000\ntokenizer = \"tiktoken:o200k_base\"\n{extra}",
                 fake.openai_base_url()
             )
         })

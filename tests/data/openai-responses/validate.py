@@ -9,8 +9,10 @@ Reads {"requests": [...], "responses": [...]} on stdin; prints
 does not validate, saying which and why.
 """
 import collections.abc
+import importlib
 import inspect
 import json
+import pkgutil
 import sys
 import typing
 
@@ -21,10 +23,16 @@ import pydantic
 import typing_extensions
 from openai.types.responses import response_create_params
 
-# Every TypedDict the SDK declares for these calls (typing_extensions'
-# kind, which `typing.is_typeddict` does not see) refuses keys it does not
-# declare.
-for module in (types, shared_params, response_create_params):
+# Every TypedDict the SDK declares for these calls, in every module of its
+# responses and shared types (a union's arms live in their own modules;
+# typing_extensions' kind, which `typing.is_typeddict` does not see),
+# refuses keys it does not declare.
+MODULES = [response_create_params]
+for package in (types, shared_params):
+    MODULES.append(package)
+    for info in pkgutil.iter_modules(package.__path__):
+        MODULES.append(importlib.import_module(f"{package.__name__}.{info.name}"))
+for module in MODULES:
     for _, kind in inspect.getmembers(module, inspect.isclass):
         if typing_extensions.is_typeddict(kind):
             kind.__pydantic_config__ = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -35,7 +43,7 @@ REQUEST = pydantic.TypeAdapter(PARAMS)
 # each item of one (`input`, `tools`) is checked here as its own type.
 ITEMS = {}
 for field, hint in typing.get_type_hints(PARAMS).items():
-    for arm in (typing.get_args(hint) or (hint,)):
+    for arm in (hint, *typing.get_args(hint)):
         if typing.get_origin(arm) is collections.abc.Iterable:
             ITEMS[field] = pydantic.TypeAdapter(typing.get_args(arm)[0])
 
