@@ -228,6 +228,29 @@ pub async fn the_anthropic_sdk_gets_its_message_once(db: &TestDb) {
         .collect();
     assert_eq!(&named[..2], ["message_start", "ping"], "{text}");
     assert_eq!(named.last(), Some(&"message_stop"), "{text}");
+    // A `system` sent as null is neither text nor blocks: refused by name,
+    // as the document says (omitted, it is no system prompt).
+    let null_system = reqwest::Client::new()
+        .post(format!("{}/v1/messages/count_tokens", router.base))
+        .header("x-api-key", GLOBEX)
+        .header("anthropic-version", "2023-06-01")
+        .json(&json!({"model": "language", "system": null, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(null_system.status(), 400);
+    let refused: Value = null_system.json().await.unwrap();
+    assert_eq!(
+        refused["error"]["type"], "invalid_request_error",
+        "{refused}"
+    );
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("system"),
+        "{refused}"
+    );
     assert_eq!(raw["stop"], json!(["end_turn"]));
     let helper = &seen["helper_stream"];
     assert_eq!(parsed(&helper["text"]), json!({"language": "french"}));

@@ -372,6 +372,10 @@ pub(super) fn counted(body: &Value) -> Result<Vec<String>, OpenAiError> {
             format!("`{other}` is not supported by surety's count_tokens"),
         ));
     }
+    // Omitted, `system` is no system prompt; sent, it is text or blocks.
+    if body.get("system").is_some_and(Value::is_null) {
+        return Err(refuse("system", "`system` must be text or text blocks"));
+    }
     let mut texts: Vec<String> = turns(body)?
         .into_iter()
         .map(|m| {
