@@ -161,6 +161,17 @@ pub fn failed_checks(result: &ContractResult) -> Vec<String> {
     names
 }
 
+/// A fake that answers every case of `contracts` as expected.
+async fn answering_every_case(contracts: &[Contract]) -> FakeProvider {
+    let mut script = Script::default();
+    for contract in contracts {
+        script
+            .rules
+            .extend(script_for(contract, |_, a| reply(&a)).rules);
+    }
+    FakeProvider::start(script).await.unwrap()
+}
+
 /// OpenAI's Responses API certifies every contract (support-action's tool
 /// calls among them) against the fake, as it is sent and polled in the
 /// background too; the request certified is the Responses request.
@@ -176,13 +187,7 @@ async fn the_responses_kind_certifies_every_contract_in_the_foreground_and_in_th
     ] {
         assert!(ids.contains(&id), "{ids:?}");
     }
-    let mut script = Script::default();
-    for contract in &contracts {
-        script
-            .rules
-            .extend(script_for(contract, |_, a| reply(&a)).rules);
-    }
-    let fake = FakeProvider::start(script).await.unwrap();
+    let fake = answering_every_case(&contracts).await;
     for extra in [
         "",
         "store = true\nbackground = true\ntimeouts = { poll_ms = 1 }",
@@ -226,13 +231,7 @@ async fn a_well_behaved_fake_certifies_for_every_contract() {
     let golden = tempfile::tempdir().unwrap();
     let contracts = surety_contracts::load_all(&contracts_dir()).unwrap();
     assert!(contracts.len() >= 3 && contracts.iter().all(|c| c.cases.len() >= 10));
-    let mut script = Script::default();
-    for contract in &contracts {
-        script
-            .rules
-            .extend(script_for(contract, |_, a| reply(&a)).rules);
-    }
-    let fake = FakeProvider::start(script).await.unwrap();
+    let fake = answering_every_case(&contracts).await;
     // The first run has no golden snapshots: they are new, and fail until accepted.
     let first = certify(&fake, "", &contracts, golden.path(), false).await;
     assert!(

@@ -61,6 +61,24 @@ pub struct Drive {
     pub providers: Arc<[Eligible]>,
 }
 
+impl Drive {
+    /// What an attempt at `at`, the job's `place`-th provider, is judged by.
+    fn judge(&self, at: &Eligible, place: usize) -> Judge {
+        Judge {
+            served: self.served.clone(),
+            models: at.models.clone(),
+            providers: self.providers.clone(),
+            input: self.input.clone(),
+            place,
+            shadow: self
+                .route
+                .shadow
+                .as_ref()
+                .map(|_| (self.route.clone(), self.messages.clone())),
+        }
+    }
+}
+
 /// Drives the job on a task of the router's own.
 pub fn spawn(state: AppState, drive: Drive) {
     let tasks = state.inner.tasks.clone();
@@ -95,18 +113,7 @@ pub async fn resolve(
     let Some(at) = drive.providers.get(place) else {
         return;
     };
-    let judge = Judge {
-        served: drive.served.clone(),
-        models: at.models.clone(),
-        providers: drive.providers.clone(),
-        input: drive.input.clone(),
-        place,
-        shadow: drive
-            .route
-            .shadow
-            .as_ref()
-            .map(|_| (drive.route.clone(), drive.messages.clone())),
-    };
+    let judge = drive.judge(at, place);
     let job_id = drive.job_id.clone();
     match attempt::record(state, &handle, found, &judge).await {
         End::Won(snapshot) => state.inner.settled.settle(&job_id, snapshot),
@@ -159,18 +166,7 @@ async fn run(state: &AppState, drive: Drive) -> Option<Snapshot> {
                 state.clone(),
                 handle,
                 (drive.messages.clone(), drive.anthropic_beta.clone()),
-                Judge {
-                    served: drive.served.clone(),
-                    models: at.models.clone(),
-                    providers: drive.providers.clone(),
-                    input: drive.input.clone(),
-                    place,
-                    shadow: drive
-                        .route
-                        .shadow
-                        .as_ref()
-                        .map(|_| (drive.route.clone(), drive.messages.clone())),
-                },
+                drive.judge(at, place),
             )
         };
         let contract = &drive.served.contract;
