@@ -37,7 +37,9 @@ fn the_configuration_page_is_a_file_the_router_reads() {
         config.providers["local-gemma"].base_url,
         "http://127.0.0.1:8077/v1"
     );
-    assert_eq!(config.providers.len(), 3);
+    assert_eq!(config.providers.len(), 4);
+    let responses = &config.providers["gpt-responses"].capabilities;
+    assert!(responses.store && responses.background, "{responses:?}");
     let key = &config.api_keys["2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"];
     assert_eq!(key.owner, "acme");
 }
