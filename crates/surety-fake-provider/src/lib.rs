@@ -932,7 +932,15 @@ async fn openai_chat(
         offers_tools: offers_tools(&body),
         store: (body["store"] == json!(true)).then(|| body["metadata"].clone()),
     };
-    answer(&shared, plan, &headers, &answers).await
+    if answers.store.is_none() {
+        return answer(&shared, plan, &headers, &answers).await;
+    }
+    // A provider that stores its answers does the work whether or not the
+    // client stays to hear it: a dropped connection does not stop it.
+    let worker = shared.clone();
+    tokio::spawn(async move { answer(&worker, plan, &headers, &answers).await })
+        .await
+        .unwrap_or_else(|_| bad_request("the fake's answer task failed"))
 }
 
 /// Whether a request offers tools (`tools`, in every wire format).
