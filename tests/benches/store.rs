@@ -126,6 +126,7 @@ async fn measure_store(store: &Store, clients: usize, duration: Duration) -> f64
         slot: Slot::Primary,
         lease: Duration::from_secs(60),
         trust: None,
+        charges: Vec::new(),
     };
     let store = store.clone();
     drive(clients, duration, counter.clone(), move |n| {

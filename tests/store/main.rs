@@ -9,6 +9,7 @@
     reason = "a test fails on what it did not expect"
 )]
 
+mod budgets;
 mod model;
 mod scenarios;
 mod trust;
@@ -38,6 +39,18 @@ surety_tests::both_engines!(scenarios:
     a_job_is_cancelled_only_with_no_attempt_open,
     a_deleted_response_keeps_its_job_and_key,
 );
+
+/// Budgets reserved in each attempt's own transaction, per engine.
+mod budgets_per_engine {
+    surety_tests::both_engines!(budgets:
+        two_hundred_at_once_admit_exactly_ten,
+        an_answer_settles_to_its_usage_and_frees_the_rest,
+        an_unknown_attempt_holds_its_reservation_until_resolved,
+        a_keys_budget_counts_inside_its_owners,
+        a_failover_attempt_over_budget_is_not_started,
+        spend_counts_in_its_period_and_outlives_pruning,
+    );
+}
 
 /// The router's own checks and the trust they take away, per engine.
 mod trust_per_engine {
@@ -84,6 +97,7 @@ async fn a_full_sqlite_refuses_new_jobs_loses_nothing_and_recovers_when_room_ret
         slot: Slot::Primary,
         lease: std::time::Duration::from_secs(60),
         trust: None,
+        charges: Vec::new(),
     };
     let mut acknowledged = Vec::new();
     let refused = loop {

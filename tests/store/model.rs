@@ -416,6 +416,7 @@ impl Sut {
             slot: Slot::Primary,
             provider: "p".into(),
             base_version: 0,
+            charged: true,
         })
     }
 
@@ -487,6 +488,7 @@ impl Sut {
                     slot,
                     lease: LEASE,
                     trust: None,
+                    charges: Vec::new(),
                 };
                 match self
                     .runtime

@@ -53,6 +53,7 @@ fn start(provider: &str, slot: Slot) -> StartAttempt {
         slot,
         lease: LEASE,
         trust: None,
+        charges: Vec::new(),
     }
 }
 
@@ -977,6 +978,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
                 &StartAttempt {
                     lease: Duration::ZERO,
                     trust: None,
+                    charges: Vec::new(),
                     ..start("openai", Slot::Primary)
                 },
             )

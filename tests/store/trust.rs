@@ -194,6 +194,7 @@ pub async fn an_attempt_at_a_provider_demoted_since_its_certification_is_refused
         slot,
         lease: std::time::Duration::from_secs(60),
         trust,
+        charges: Vec::new(),
     };
     let certified = |contract: &str, at_ms| {
         Some(Trust {

@@ -85,6 +85,7 @@ fn insert(new: NewJob, provider: &str, certified_at_ms: i64) -> Insert {
                 contract: "summary".to_owned(),
                 certified_at_ms,
             }),
+            charges: Vec::new(),
         }),
         room: None,
     }
@@ -264,6 +265,7 @@ async fn started(store: &Store, key: &str) -> AttemptHandle {
         slot: Slot::Primary,
         lease: std::time::Duration::from_secs(60),
         trust: None,
+        charges: Vec::new(),
     };
     match store
         .create_and_start(&new_job("acme", key, json!({"key": key})), &start)
@@ -280,6 +282,7 @@ fn answer(n: i64) -> Answer {
         result: json!({"n": n}),
         completion: None,
         response_id: None,
+        cost: None,
     }
 }
 
@@ -302,6 +305,7 @@ async fn one_statement_swaps_each_result_as_if_it_came_alone() {
                 slot: Slot::Hedge,
                 lease: std::time::Duration::from_secs(60),
                 trust: None,
+                charges: Vec::new(),
             },
         )
         .await

@@ -22,6 +22,19 @@ pub enum StoreError {
         "provider `{provider}` has an open demotion on contract `{contract}` newer than its certification: no attempt starts there"
     )]
     Demoted { provider: String, contract: String },
+    #[error(
+        "budget `{budget}` cannot hold this attempt's worst case of {asked}: {spent} spent and {held} held of its {limit}"
+    )]
+    OverBudget {
+        budget: String,
+        limit: i64,
+        spent: i64,
+        held: i64,
+        asked: i64,
+        /// The oldest bucket that counts and holds spend (when a rolling
+        /// window frees room).
+        oldest_bucket_ms: Option<i64>,
+    },
     #[error("hedging refused for job {job_id}: {reason}")]
     HedgeRefused { job_id: JobId, reason: &'static str },
     #[error(

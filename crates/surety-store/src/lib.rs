@@ -26,9 +26,9 @@ mod trust;
 
 pub use error::{Outage, StoreError};
 pub use model::{
-    Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, JobKind,
-    Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict, NewJob, Outcome, OwnerId, Question,
-    Race, Slot, StartAttempt, Trust, UnknownAttempt,
+    Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Charge, Cost, Created, Demotion,
+    Finish, Job, JobId, JobKind, Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict, NewJob,
+    Outcome, OwnerId, Question, Race, Reservation, Slot, StartAttempt, Trust, Unit, UnknownAttempt,
 };
 pub use store::{Backend, SqliteSync, Store, StoreOptions};
 

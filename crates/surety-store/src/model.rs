@@ -171,6 +171,97 @@ pub struct StartAttempt {
     /// that contract at or after the certification
     /// ([`StoreError::Demoted`](crate::StoreError::Demoted)).
     pub trust: Option<Trust>,
+    /// What the attempt reserves of each budget it counts in, in the same
+    /// transaction that writes it; over any budget's limit, nothing is
+    /// written ([`StoreError::OverBudget`](crate::StoreError::OverBudget)).
+    /// Empty: no budget counts it.
+    pub charges: Vec<Charge>,
+}
+
+/// What an attempt reserves of one budget before its provider is called:
+/// its worst case, held until the attempt ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// The budget's name (its account).
+    pub budget: String,
+    pub unit: Unit,
+    /// The worst case, in `unit`.
+    pub amount: i64,
+    /// The most the budget's period may hold, spent and held together;
+    /// `None`: recorded, never refused.
+    pub limit: Option<i64>,
+    /// Spend recorded in buckets from this one on counts against `limit`.
+    pub counts_from_ms: i64,
+    /// The bucket (the start of the period, or of the window's slice) the
+    /// attempt's spend is recorded in.
+    pub bucket_ms: i64,
+}
+
+/// What a budget counts: millionths of its currency, or tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Micros,
+    Tokens,
+}
+
+impl Unit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Micros => "micros",
+            Unit::Tokens => "tokens",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Unit> {
+        match text {
+            "micros" => Some(Unit::Micros),
+            "tokens" => Some(Unit::Tokens),
+            _ => None,
+        }
+    }
+}
+
+/// What an attempt cost at its provider, in each unit a budget may count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cost {
+    pub micros: i64,
+    pub tokens: i64,
+}
+
+impl Cost {
+    pub fn of(self, unit: Unit) -> i64 {
+        match unit {
+            Unit::Micros => self.micros,
+            Unit::Tokens => self.tokens,
+        }
+    }
+}
+
+/// A budget as the database holds it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetStatus {
+    pub budget: String,
+    /// Spent in the buckets that count (from `counts_from_ms` on).
+    pub spent: i64,
+    /// Held by open reservations (every attempt not yet ended).
+    pub held: i64,
+    /// Of `held`, what unknown attempts hold.
+    pub held_by_unknown: i64,
+    /// The oldest bucket that counts and holds spend, if any.
+    pub oldest_bucket_ms: Option<i64>,
+}
+
+/// What one attempt reserved of one budget, and what it cost once it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub ordinal: i64,
+    pub budget: String,
+    pub unit: Unit,
+    pub amount: i64,
+    pub reserved_at_ms: i64,
+    /// `None` while held.
+    pub spent: Option<i64>,
+    pub settled_at_ms: Option<i64>,
 }
 
 /// A provider's certification for a contract, as an attempt rests on it.
@@ -191,6 +282,9 @@ pub struct AttemptHandle {
     pub slot: Slot,
     pub provider: String,
     pub base_version: i64,
+    /// The attempt may hold reservations: ending it settles them. False
+    /// only where the store knows it reserved nothing.
+    pub charged: bool,
 }
 
 /// An unknown attempt the reconciler may ask its provider about.
@@ -267,6 +361,10 @@ pub struct Answer {
     /// The provider's id for the answer, written on the attempt where it
     /// was not yet.
     pub response_id: Option<String>,
+    /// What the call cost, from the usage the provider reported: the
+    /// attempt's reservations are settled to it. `None` (no usage said):
+    /// settled at the worst case reserved.
+    pub cost: Option<Cost>,
 }
 
 impl From<Value> for Answer {
@@ -275,6 +373,7 @@ impl From<Value> for Answer {
             result,
             completion: None,
             response_id: None,
+            cost: None,
         }
     }
 }

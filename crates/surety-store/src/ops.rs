@@ -5,8 +5,9 @@
 //! so run twice, and must not act outside its transaction). An operation
 //! that returns an error has its writes rolled back.
 //!
-//! Lock order, on every path: the job's row first, then its attempts, so two
-//! transactions never wait on each other in a cycle.
+//! Lock order, on every path: the job's row first, then its attempts, then
+//! the budgets its attempts reserve from or settle, in the order of their
+//! names, so two transactions never wait on each other in a cycle.
 
 use serde_json::Value;
 use surety_core::{
@@ -17,8 +18,9 @@ use surety_core::{
 use crate::conn::{Conn, Param, Val, Values};
 use crate::sql::{Returning, Sql};
 use crate::{
-    Answer, Attempt, AttemptHandle, AttemptRef, Created, Finish, Job, JobId, JobKind, NewJob,
-    OwnerId, Question, Race, Slot, StoreError, Trust, UnknownAttempt,
+    Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Charge, Cost, Created, Finish, Job,
+    JobId, JobKind, NewJob, OwnerId, Question, Race, Reservation, Slot, StoreError, Trust, Unit,
+    UnknownAttempt,
 };
 
 use Param::{Int, OptText, Text};
@@ -45,6 +47,9 @@ pub(crate) struct Begin {
     pub(crate) provider: String,
     pub(crate) lease: i64,
     pub(crate) trust: Option<Trust>,
+    /// Reserved in the attempt's own transaction, in the order of their
+    /// budgets' names.
+    pub(crate) charges: Vec<Charge>,
 }
 
 impl Begin {
@@ -75,7 +80,9 @@ pub(crate) async fn create<C: Conn>(
     insert: &Insert,
 ) -> Result<Started, StoreError> {
     let new = &insert.new;
-    if let (Some(first), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt) {
+    if let (Some(first), Some(statement)) = (&insert.first, &sql.insert_job_and_attempt)
+        && first.charges.is_empty()
+    {
         // One statement where the engine can: no transaction to open.
         let texts = job_texts(new);
         let mut params = job_params(insert, &texts);
@@ -88,7 +95,7 @@ pub(crate) async fn create<C: Conn>(
         ]);
         if let Some(row) = c.row(statement, &params).await? {
             let (job, attempt) = row.split_at(JOB_COLUMNS);
-            let handle = handle_from(&attempt_from(attempt)?);
+            let handle = handle_from(&attempt_from(attempt)?, false);
             return Ok((Created::New(job_from(job)?), Some(handle)));
         }
         // Nothing written: the key is taken, or the provider is demoted.
@@ -115,7 +122,10 @@ pub(crate) async fn create<C: Conn>(
                 let row = write_returning(c, &sql.insert_first_attempt, &params)
                     .await?
                     .ok_or_else(|| first.refused("a new job already has an open attempt"))?;
-                Some(handle_from(&attempt_from(&row)?))
+                let attempt = attempt_from(&row)?;
+                // Over a budget: the error undoes the job's insert too.
+                reserve(c, sql, &job.id, attempt.ordinal, &first.charges).await?;
+                Some(handle_from(&attempt, !first.charges.is_empty()))
             }
         };
         if let (Some(room), Some(statement)) = (insert.room, &sql.pages_in_use) {
@@ -233,7 +243,7 @@ pub(crate) async fn create_many<C: Conn>(
         answers[at] = Some(job_from(job).and_then(|job| {
             Ok((
                 Created::New(job),
-                Some(handle_from(&attempt_from(attempt)?)),
+                Some(handle_from(&attempt_from(attempt)?, false)),
             ))
         }));
     }
@@ -353,14 +363,182 @@ fn trust_params(begin: &Begin) -> (Param<'_>, Param<'_>) {
     }
 }
 
-fn handle_from(attempt: &Attempt) -> AttemptHandle {
+fn handle_from(attempt: &Attempt, charged: bool) -> AttemptHandle {
     AttemptHandle {
         job_id: attempt.job_id.clone(),
         ordinal: attempt.ordinal,
         slot: attempt.slot,
         provider: attempt.provider.clone(),
         base_version: attempt.base_version,
+        charged,
     }
+}
+
+/// Reserves each charge of attempt `ordinal`, in the order of the budgets'
+/// names: the budget's row is locked (PostgreSQL) by the statement that
+/// opens it, so the guarded hold after it reads every spend committed
+/// before; over a limit, the error rolls back everything this transaction
+/// wrote (the attempt, and a new job with it).
+async fn reserve<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+    ordinal: i64,
+    charges: &[Charge],
+) -> Result<(), StoreError> {
+    for charge in charges {
+        let budget = Text(&charge.budget);
+        c.execute(&sql.open_budget, &[budget]).await?;
+        let limit = charge.limit.unwrap_or(-1);
+        let held = c
+            .execute(
+                &sql.hold_budget,
+                &[
+                    budget,
+                    Int(charge.amount),
+                    Int(limit),
+                    Int(charge.counts_from_ms),
+                ],
+            )
+            .await?;
+        if held != 1 {
+            let status = budget_status(c, sql, &charge.budget, charge.counts_from_ms).await?;
+            return Err(StoreError::OverBudget {
+                budget: charge.budget.clone(),
+                limit,
+                spent: status.spent,
+                held: status.held,
+                asked: charge.amount,
+                oldest_bucket_ms: status.oldest_bucket_ms,
+            });
+        }
+        c.execute(
+            &sql.insert_reservation,
+            &[
+                Text(&job_id.0),
+                Int(ordinal),
+                budget,
+                Int(charge.amount),
+                Text(charge.unit.as_str()),
+                Int(charge.bucket_ms),
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// What an ended attempt's reservations become spend of.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Spend {
+    /// A definite failure: the provider did no work to bill.
+    Nothing,
+    /// What the provider reported it used.
+    Cost(Cost),
+    /// Not known (no usage said, or resolved by an operator): the worst
+    /// case reserved, since it may have been billed.
+    WorstCase,
+}
+
+impl Spend {
+    fn of_answer(answer: &Answer) -> Spend {
+        answer.cost.map_or(Spend::WorstCase, Spend::Cost)
+    }
+}
+
+/// Settles attempt `ordinal`'s reservations still held: each budget holds
+/// its amount less and has what it cost spent, in the bucket it was
+/// reserved in. Each budget's row is locked (its hold released) before its
+/// spend is written. A reservation settled already is left as it is.
+pub(crate) async fn settle_reservations<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+    ordinal: i64,
+    spend: Spend,
+) -> Result<(), StoreError> {
+    let held = c
+        .rows(&sql.select_held, &[Text(&job_id.0), Int(ordinal)])
+        .await?;
+    for row in &held {
+        let account = col(row, 0, "account")?.text("account")?;
+        let unit = col(row, 1, "unit")?.text("unit")?;
+        let unit = Unit::parse(&unit)
+            .ok_or_else(|| StoreError::Corrupt(format!("unit: unknown `{unit}`")))?;
+        let amount = col(row, 2, "amount")?.int("amount")?;
+        let bucket = col(row, 3, "bucket_ms")?.int("bucket_ms")?;
+        let spent = match spend {
+            Spend::Nothing => 0,
+            Spend::Cost(cost) => cost.of(unit).max(0),
+            Spend::WorstCase => amount,
+        };
+        c.execute(&sql.release_hold, &[Text(&account), Int(amount)])
+            .await?;
+        if spent > 0 {
+            c.execute(&sql.add_spend, &[Text(&account), Int(bucket), Int(spent)])
+                .await?;
+        }
+        c.execute(
+            &sql.settle_reservation,
+            &[Text(&job_id.0), Int(ordinal), Text(&account), Int(spent)],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Budget `budget` as the database holds it: its spend from the bucket at
+/// `counts_from_ms` on, what it holds, and of that what unknown attempts
+/// hold. A budget nothing reserved from yet holds and spent nothing.
+pub(crate) async fn budget_status<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    budget: &str,
+    counts_from_ms: i64,
+) -> Result<BudgetStatus, StoreError> {
+    let row = c
+        .row(&sql.select_budget, &[Text(budget), Int(counts_from_ms)])
+        .await?;
+    let Some(row) = row else {
+        return Ok(BudgetStatus {
+            budget: budget.to_owned(),
+            spent: 0,
+            held: 0,
+            held_by_unknown: 0,
+            oldest_bucket_ms: None,
+        });
+    };
+    Ok(BudgetStatus {
+        budget: budget.to_owned(),
+        held: col(&row, 0, "held")?.int("held")?,
+        spent: col(&row, 1, "spent")?.int("spent")?,
+        held_by_unknown: col(&row, 2, "unknown")?.int("unknown")?,
+        oldest_bucket_ms: col(&row, 3, "oldest")?.opt_int("oldest")?,
+    })
+}
+
+/// Job `job_id`'s reservations, by attempt and budget.
+pub(crate) async fn reservations<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    job_id: &JobId,
+) -> Result<Vec<Reservation>, StoreError> {
+    let rows = c.rows(&sql.select_reservations, &[Text(&job_id.0)]).await?;
+    rows.iter()
+        .map(|row| {
+            let unit = col(row, 2, "unit")?.text("unit")?;
+            Ok(Reservation {
+                ordinal: col(row, 0, "ordinal")?.int("ordinal")?,
+                budget: col(row, 1, "account")?.text("account")?,
+                unit: Unit::parse(&unit)
+                    .ok_or_else(|| StoreError::Corrupt(format!("unit: unknown `{unit}`")))?,
+                amount: col(row, 3, "amount")?.int("amount")?,
+                reserved_at_ms: col(row, 4, "reserved_at_ms")?.int("reserved_at_ms")?,
+                spent: col(row, 5, "spent")?.opt_int("spent")?,
+                settled_at_ms: col(row, 6, "settled_at_ms")?.opt_int("settled_at_ms")?,
+            })
+        })
+        .collect()
 }
 
 /// Starts an attempt, if no attempt of the job holds the slot.
@@ -411,7 +589,10 @@ pub(crate) async fn start_attempt<C: Conn>(
             state: open.state,
         });
     };
-    Ok(handle_from(&attempt_from(&row)?))
+    let attempt = attempt_from(&row)?;
+    // Over a budget: the error undoes the attempt and the job's claim.
+    reserve(c, sql, job_id, attempt.ordinal, &start.charges).await?;
+    Ok(handle_from(&attempt, !start.charges.is_empty()))
 }
 
 /// Renews a started attempt's lease; refused once it expired or left `started`.
@@ -479,6 +660,10 @@ pub(crate) async fn complete<C: Conn>(
             answer.response_id.as_deref(),
         )
         .await?;
+        if handle.charged {
+            let spend = Spend::of_answer(answer);
+            settle_reservations(c, sql, &handle.job_id, handle.ordinal, spend).await?;
+        }
         return Ok(Finish::Won(Box::new(job)));
     }
     // Lost: close the attempt if it is still open and record the race.
@@ -494,6 +679,11 @@ pub(crate) async fn complete<C: Conn>(
     };
     if attempt.state.is_open() {
         close_attempt(c, sql, handle, AttemptState::Lost, Some(reason), None).await?;
+        if handle.charged {
+            // The loser's answer is dropped, but the provider did its work.
+            let spend = Spend::of_answer(answer);
+            settle_reservations(c, sql, &handle.job_id, handle.ordinal, spend).await?;
+        }
     }
     let race_id = uuid::Uuid::now_v7().to_string();
     c.execute(
@@ -703,6 +893,9 @@ pub(crate) async fn fail<C: Conn>(
     if !close_attempt(c, sql, handle, AttemptState::Failed, Some(error), None).await? {
         return Err(refused(c, sql, &handle.job_id, handle.ordinal, AttemptEvent::Failed).await);
     }
+    if handle.charged {
+        settle_reservations(c, sql, &handle.job_id, handle.ordinal, Spend::Nothing).await?;
+    }
     let idle = match give_up {
         true => JobState::Failed,
         false => JobState::Queued,
@@ -756,10 +949,13 @@ pub(crate) async fn cancel_attempt<C: Conn>(
         slot: Slot::Primary,
         provider: String::new(),
         base_version: 0,
+        charged: true,
     };
     if !close_attempt(c, sql, &handle, AttemptState::Cancelled, Some(reason), None).await? {
         return Err(refused(c, sql, job_id, ordinal, AttemptEvent::Cancelled).await);
     }
+    // Ended by a person: whether the provider billed it is not known.
+    settle_reservations(c, sql, job_id, ordinal, Spend::WorstCase).await?;
     settle(c, sql, job_id, JobState::Queued).await
 }
 

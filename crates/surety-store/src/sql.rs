@@ -80,6 +80,31 @@ pub struct Sql {
     pub mark_asked: String,
     /// Job `$1`'s questions, by attempt, in order.
     pub select_questions: String,
+    /// Budget `$1`'s account, made if new; on PostgreSQL the row is locked
+    /// until the transaction ends, so what the next statement reads of its
+    /// spend is every spend committed before (each writer of spend locks it
+    /// first).
+    pub open_budget: String,
+    /// Holds `$2` more of budget `$1` if what its buckets from `$4` on
+    /// spent, with what it holds, leaves room under limit `$3` (no limit
+    /// when `$3` is negative): one row changed, or none.
+    pub hold_budget: String,
+    /// Attempt `$1`/`$2`'s reservation of `$4` (`$5` the unit) of budget
+    /// `$3`, its spend to go in bucket `$6`.
+    pub insert_reservation: String,
+    /// Budget `$1`: what it holds, what its buckets from `$2` on spent,
+    /// what unknown attempts hold of it, and its oldest such bucket.
+    pub select_budget: String,
+    /// Attempt `$1`/`$2`'s reservations still held, by budget.
+    pub select_held: String,
+    /// Budget `$1` holds `$2` less.
+    pub release_hold: String,
+    /// `$3` more spent of budget `$1` in bucket `$2`.
+    pub add_spend: String,
+    /// Attempt `$1`/`$2`'s reservation of budget `$3` settled at `$4`.
+    pub settle_reservation: String,
+    /// Job `$1`'s reservations, by attempt and budget.
+    pub select_reservations: String,
     /// Retention: deletes the oldest settled jobs past `$1` ms (at most
     /// `$2`) with their attempts and races. Run in order in one
     /// transaction; the last statement's count is the jobs deleted.
@@ -542,6 +567,48 @@ impl Sql {
                 "SELECT ordinal, n, provider, asked_at_ms, asked_by, outcome, detail \
                  FROM reconciliations WHERE job_id = $1 ORDER BY ordinal, n",
             ),
+            open_budget: fill(
+                "INSERT INTO budget_accounts (account, held) VALUES ($1, 0) \
+                 ON CONFLICT (account) DO UPDATE SET held = budget_accounts.held",
+            ),
+            hold_budget: fill(
+                "UPDATE budget_accounts SET held = held + $2 WHERE account = $1 AND ($3 < 0 \
+                   OR held + $2 + COALESCE((SELECT SUM(spent) FROM budget_spend \
+                        WHERE account = $1 AND bucket_ms >= $4), 0) <= $3)",
+            ),
+            insert_reservation: fill(
+                "INSERT INTO reservations \
+                     (job_id, ordinal, account, amount, unit, bucket_ms, reserved_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, {now})",
+            ),
+            select_budget: fill(
+                "SELECT b.held, \
+                     CAST(COALESCE((SELECT SUM(spent) FROM budget_spend s \
+                         WHERE s.account = $1 AND s.bucket_ms >= $2), 0) AS BIGINT) AS spent, \
+                     CAST(COALESCE((SELECT SUM(r.amount) FROM reservations r \
+                         JOIN attempts a ON a.job_id = r.job_id AND a.ordinal = r.ordinal \
+                         WHERE r.account = $1 AND r.spent IS NULL AND a.state = 'unknown'), 0) AS BIGINT) AS unknown, \
+                     (SELECT MIN(bucket_ms) FROM budget_spend s \
+                         WHERE s.account = $1 AND s.bucket_ms >= $2 AND s.spent > 0) AS oldest \
+                 FROM budget_accounts b WHERE b.account = $1",
+            ),
+            select_held: fill(
+                "SELECT account, unit, amount, bucket_ms FROM reservations \
+                 WHERE job_id = $1 AND ordinal = $2 AND spent IS NULL ORDER BY account",
+            ),
+            release_hold: fill("UPDATE budget_accounts SET held = held - $2 WHERE account = $1"),
+            add_spend: fill(
+                "INSERT INTO budget_spend (account, bucket_ms, spent) VALUES ($1, $2, $3) \
+                 ON CONFLICT (account, bucket_ms) DO UPDATE SET spent = budget_spend.spent + excluded.spent",
+            ),
+            settle_reservation: fill(
+                "UPDATE reservations SET spent = $4, settled_at_ms = {now} \
+                 WHERE job_id = $1 AND ordinal = $2 AND account = $3 AND spent IS NULL",
+            ),
+            select_reservations: fill(
+                "SELECT ordinal, account, unit, amount, reserved_at_ms, spent, settled_at_ms \
+                 FROM reservations WHERE job_id = $1 ORDER BY ordinal, account",
+            ),
             reap_attempt: fill(
                 "UPDATE attempts SET state = 'unknown', unknown_since_ms = {now}, \
                      error = 'lease expired: its lease was not renewed in time (the router holding it stopped, or could not reach the database); the provider may have done the work' \
@@ -552,6 +619,7 @@ impl Sql {
                 Backend::Sqlite => [
                     format!("DELETE FROM races WHERE job_id IN ({PRUNABLE})"),
                     format!("DELETE FROM reconciliations WHERE job_id IN ({PRUNABLE})"),
+                    format!("DELETE FROM reservations WHERE job_id IN ({PRUNABLE})"),
                     format!("DELETE FROM attempts WHERE job_id IN ({PRUNABLE})"),
                     format!("DELETE FROM jobs WHERE id IN ({PRUNABLE})"),
                 ]
@@ -564,6 +632,7 @@ impl Sql {
                     "WITH doomed AS ({PRUNABLE} FOR UPDATE SKIP LOCKED), \
                           r AS (DELETE FROM races WHERE job_id IN (SELECT id FROM doomed)), \
                           q AS (DELETE FROM reconciliations WHERE job_id IN (SELECT id FROM doomed)), \
+                          m AS (DELETE FROM reservations WHERE job_id IN (SELECT id FROM doomed)), \
                           a AS (DELETE FROM attempts WHERE job_id IN (SELECT id FROM doomed)) \
                      DELETE FROM jobs WHERE id IN (SELECT id FROM doomed)"
                 ))],

@@ -21,9 +21,9 @@ use crate::trust;
 const MAX_RESPONSE_ID: usize = 255;
 
 use crate::{
-    Answer, Attempt, AttemptHandle, AttemptRef, Created, Demotion, Finish, Job, JobId, Lift,
-    LiveOutcome, LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Question, Race, Slot,
-    StartAttempt, StoreError, UnknownAttempt,
+    Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Created, Demotion, Finish, Job,
+    JobId, Lift, LiveOutcome, LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Question, Race,
+    Reservation, Slot, StartAttempt, StoreError, UnknownAttempt,
 };
 
 /// The database engine behind a store.
@@ -112,11 +112,33 @@ impl StoreOptions {
 
 /// An attempt to start, validated.
 fn begin(start: &StartAttempt) -> Result<ops::Begin, StoreError> {
+    let mut charges = start.charges.clone();
+    for charge in &charges {
+        check_text("budget", &charge.budget)?;
+        if charge.amount < 0 || charge.limit.is_some_and(|limit| limit < 0) {
+            return Err(StoreError::Invalid {
+                field: "charges",
+                reason: format!(
+                    "budget `{}`: an amount and a limit are never negative",
+                    charge.budget
+                ),
+            });
+        }
+    }
+    // The budgets' lock order: by name, each once.
+    charges.sort_by(|a, b| a.budget.cmp(&b.budget));
+    if let Some(twice) = charges.windows(2).find(|w| w[0].budget == w[1].budget) {
+        return Err(StoreError::Invalid {
+            field: "charges",
+            reason: format!("budget `{}` is charged twice", twice[0].budget),
+        });
+    }
     Ok(ops::Begin {
         slot: start.slot,
         provider: start.provider.clone(),
         lease: lease_ms(start.lease)?,
         trust: start.trust.clone(),
+        charges,
     })
 }
 
@@ -389,6 +411,12 @@ impl Store {
             });
         }
         let insert = self.insert(new, Some(begin(start)?))?;
+        if !start.charges.is_empty() {
+            // The reservation is in the job's own transaction, after its
+            // row and its attempt's: several statements.
+            let out = on_engine!(self, write, |c, sql| ops::create(c, sql, &insert))?;
+            return Ok(started(out));
+        }
         // PostgreSQL makes both in one statement (`insert_jobs_and_attempts`),
         // so it needs no transaction of its own, and shares it with every
         // other job waiting for it.
@@ -504,6 +532,8 @@ impl Store {
                 // One statement, no transaction, where the engine can; the
                 // loss (rare, and several statements) in a transaction.
                 let at_once = match &self.engine {
+                    // Settling reservations takes statements of its own.
+                    Engine::Postgres(_) if handle.charged => None,
                     Engine::Postgres(pg) => {
                         match pg.completes.submit((owned.clone(), result.clone())) {
                             Ok(answer) => batch::answer(answer).await?,
@@ -592,6 +622,35 @@ impl Store {
         on_engine!(self, write, |c, sql| ops::cancel_job(c, sql, &owner, &id))?;
         tracing::info!(job_id = %job_id, "job cancelled");
         Ok(())
+    }
+
+    /// Budget `budget` as the database holds it now: what its buckets from
+    /// `counts_from_ms` on spent, what its open reservations hold, and of
+    /// that what unknown attempts hold.
+    pub async fn budget(
+        &self,
+        budget: &str,
+        counts_from_ms: i64,
+    ) -> Result<BudgetStatus, StoreError> {
+        let budget = budget.to_owned();
+        on_engine!(self, read, |c, sql| ops::budget_status(
+            c,
+            sql,
+            &budget,
+            counts_from_ms
+        ))
+    }
+
+    /// The owner's job's reservations: what each attempt reserved of each
+    /// budget, and what it cost once it ended.
+    pub async fn reservations(
+        &self,
+        owner: &OwnerId,
+        job_id: &JobId,
+    ) -> Result<Vec<Reservation>, StoreError> {
+        self.job(owner, job_id).await?;
+        let job_id = job_id.clone();
+        on_engine!(self, read, |c, sql| ops::reservations(c, sql, &job_id))
     }
 
     /// Marks the owner's Responses job deleted (it is no longer found as a
@@ -981,6 +1040,7 @@ mod tests {
             slot: Slot::Primary,
             lease: Duration::from_secs(30),
             trust: None,
+            charges: Vec::new(),
         };
         let (Created::New(job), Some(handle)) = store.create_and_start(&new, &start).await.unwrap()
         else {

@@ -362,6 +362,7 @@ pub(super) async fn record(
                     result: answer,
                     completion: Some(completion(&response)),
                     response_id: response_id.clone(),
+                    cost: None,
                 }),
                 (_, answer) => {
                     let what = match answer {

@@ -225,6 +225,7 @@ async fn start(
         slot,
         lease: state.inner.settings.lease,
         trust: Some(at.trust(&drive.served.contract.id)),
+        charges: Vec::new(),
     };
     match state
         .inner

@@ -17,6 +17,7 @@ pub enum Problem {
     MethodNotAllowed,
     HeadersTooLarge,
     RateLimited,
+    OverBudget,
     UnknownRoute,
     NotFound,
     IdempotencyConflict,
@@ -41,7 +42,7 @@ impl Problem {
             Problem::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            Problem::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Problem::RateLimited | Problem::OverBudget => StatusCode::TOO_MANY_REQUESTS,
             Problem::UnknownRoute => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::NotFound => StatusCode::NOT_FOUND,
             Problem::IdempotencyConflict
@@ -68,6 +69,7 @@ impl Problem {
             Problem::MethodNotAllowed => "method-not-allowed",
             Problem::HeadersTooLarge => "headers-too-large",
             Problem::RateLimited => "rate-limited",
+            Problem::OverBudget => "over-budget",
             Problem::UnknownRoute => "unknown-route",
             Problem::NotFound => "not-found",
             Problem::IdempotencyConflict => "idempotency-conflict",
@@ -93,6 +95,7 @@ impl Problem {
             Problem::MethodNotAllowed => "This endpoint does not take that method",
             Problem::HeadersTooLarge => "The request's headers are too large",
             Problem::RateLimited => "Too many requests from this owner",
+            Problem::OverBudget => "The budget has no room for this job",
             Problem::UnknownRoute => "No such route",
             Problem::NotFound => "Not found",
             Problem::IdempotencyConflict => "This Idempotency-Key was used for a different request",
@@ -214,6 +217,7 @@ impl From<surety_store::StoreError> for ApiError {
                 ApiError::new(Problem::NotFound, error.to_string())
             }
             E::AttemptOpen { .. } => ApiError::new(Problem::AttemptOpen, error.to_string()),
+            E::OverBudget { .. } => ApiError::new(Problem::OverBudget, error.to_string()),
             // Demoted since eligibility was read: no provider is certified now.
             E::Demoted { .. } => ApiError::new(Problem::NoCertifiedProvider, error.to_string()),
             E::Transition(surety_core::TransitionError::Job { .. }) => {

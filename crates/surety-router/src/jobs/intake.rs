@@ -227,6 +227,7 @@ async fn create(
             slot: Slot::Primary,
             lease: state.inner.settings.lease,
             trust: Some(at.trust(&intake.served.contract.id)),
+            charges: Vec::new(),
         };
         match state.inner.store.create_and_start(new, &first).await {
             Ok((Created::New(job), first)) => break (job, first, providers),

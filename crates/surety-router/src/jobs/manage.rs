@@ -62,6 +62,7 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
         slot: Slot::Primary,
         lease: state.inner.settings.lease,
         trust: Some(first.trust(&contract.id)),
+        charges: Vec::new(),
     };
     let handle = state
         .inner

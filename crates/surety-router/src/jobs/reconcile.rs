@@ -127,6 +127,7 @@ async fn ask(state: &AppState, adapter: &Arc<dyn Provider>, unknown: UnknownAtte
         slot: attempt.slot,
         provider: attempt.provider.clone(),
         base_version: attempt.base_version,
+        charged: true,
     };
     let by = match attempt.provider_response_id {
         Some(_) => "id",

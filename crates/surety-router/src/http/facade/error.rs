@@ -154,6 +154,14 @@ impl From<ApiError> for OpenAiError {
                 ("server_error", "no_certified_provider", None, Some(false))
             }
             Problem::RateLimited => ("rate_limit_error", "rate_limit_exceeded", None, Some(true)),
+            // OpenAI's own word for a spent quota; a retry before the
+            // budget resets is refused again (`Retry-After` says when).
+            Problem::OverBudget => (
+                "insufficient_quota",
+                "insufficient_quota",
+                None,
+                Some(false),
+            ),
             // Nothing was recorded: the same request is safe to send again.
             Problem::DatabaseUnavailable => {
                 ("server_error", "database_unavailable", None, Some(true))
