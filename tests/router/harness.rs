@@ -163,8 +163,8 @@ impl Router {
     ) -> String {
         let mut toml = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = \"{}\"\nmanifest = \"{}\"\ncontracts = \"{}\"\n{server}\n\
-             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\n\
-             [[api_keys]]\nowner = \"acme\"\nsha256 = \"{}\"\nadmin = true\n\
+             [[api_keys]]\nowner = \"acme\"\nname = \"acme-app\"\nsha256 = \"{}\"\n\
+             [[api_keys]]\nowner = \"acme\"\nname = \"acme-admin\"\nsha256 = \"{}\"\nadmin = true\n\
              [[api_keys]]\nowner = \"globex\"\nsha256 = \"{}\"\n\
              [[api_keys]]\nowner = \"ops\"\nsha256 = \"{}\"\nadmin = true\nall_owners = true\n",
             db.url,

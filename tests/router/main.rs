@@ -4,6 +4,7 @@
 #![expect(clippy::unwrap_used, reason = "a test fails on what it did not expect")]
 
 mod binding;
+mod budgets;
 mod docs;
 mod edge;
 mod faults;
@@ -43,6 +44,15 @@ mod reconciliation {
         a_stored_answer_that_is_none_fails_over_and_a_miss_stays_unknown,
         an_unknown_at_a_provider_that_cannot_be_asked_stays_unknown_and_says_so,
         a_background_response_outlives_a_poll_that_times_out_and_a_cancel_there_fails_over,
+    );
+}
+
+mod budgets_per_engine {
+    surety_tests::both_engines!(budgets:
+        two_hundred_jobs_at_once_admit_ten_and_call_ten,
+        a_settled_answer_frees_the_rest_for_the_next_job,
+        an_unknown_attempt_holds_its_reservation_until_its_late_result,
+        a_keys_budget_spent_leaves_its_owners_other_keys_served,
     );
 }
 

@@ -23,6 +23,8 @@ struct RawFile {
     server: Option<toml::Table>,
     #[serde(default)]
     api_keys: Vec<toml::Table>,
+    #[serde(default)]
+    budgets: Vec<toml::Table>,
 }
 
 /// `surety.toml`, read once for everyone: its providers and routes
@@ -36,6 +38,8 @@ pub struct SuretyFile {
     pub routes: BTreeMap<String, Route>,
     pub server: Option<toml::Table>,
     pub api_keys: Vec<toml::Table>,
+    /// `[[budgets]]`, for the router.
+    pub budgets: Vec<toml::Table>,
 }
 
 impl SuretyFile {
@@ -49,6 +53,7 @@ impl SuretyFile {
             routes,
             server: raw.server,
             api_keys: raw.api_keys,
+            budgets: raw.budgets,
         })
     }
 }

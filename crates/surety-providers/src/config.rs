@@ -95,6 +95,93 @@ pub struct RawProviderConfig {
     pub max_response_bytes: Option<usize>,
     #[serde(default)]
     pub timeouts: RawTimeouts,
+    /// What the model's tokens cost, for budgets.
+    pub price: Option<RawPrice>,
+}
+
+/// `[providers.<id>.price]` as written: per million tokens, in `currency`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    pub currency: String,
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    /// Prompt tokens read from the provider's cache (default: `input_per_million`).
+    pub cached_input_per_million: Option<f64>,
+}
+
+/// A model's prices, in millionths of `currency` per million tokens (so
+/// one token costs that many millionths divided by a million): exact
+/// integers, so a budget adds up the same on every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Price {
+    /// An ISO 4217 code (`USD`, `EUR`): three upper-case letters.
+    pub currency: String,
+    pub input_micros_per_million: u64,
+    pub output_micros_per_million: u64,
+    pub cached_input_micros_per_million: u64,
+}
+
+impl Price {
+    /// `tokens` at `micros_per_million`, in millionths of the currency,
+    /// rounded up (a budget is never under-charged).
+    fn of(tokens: u64, micros_per_million: u64) -> u64 {
+        let micros = u128::from(tokens) * u128::from(micros_per_million);
+        u64::try_from(micros.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    }
+
+    /// The most a call of `prompt_tokens` that may answer `max_output_tokens`
+    /// can cost: every prompt token uncached.
+    pub fn worst_case(&self, prompt_tokens: u64, max_output_tokens: u64) -> u64 {
+        Price::of(prompt_tokens, self.input_micros_per_million)
+            .saturating_add(Price::of(max_output_tokens, self.output_micros_per_million))
+    }
+
+    /// What a call that used `usage` cost: cached prompt tokens at the
+    /// cached price, the rest of the prompt (cache writes included) at the
+    /// input price, the answer at the output price.
+    pub fn cost(&self, usage: &crate::Usage) -> u64 {
+        let cached = usage.cache_read_tokens.min(usage.prompt_tokens);
+        Price::of(usage.prompt_tokens - cached, self.input_micros_per_million)
+            .saturating_add(Price::of(cached, self.cached_input_micros_per_million))
+            .saturating_add(Price::of(
+                usage.completion_tokens,
+                self.output_micros_per_million,
+            ))
+    }
+
+    /// What the configuration gives, checked: a currency code and prices
+    /// that are finite and not negative.
+    fn from_raw(raw: RawPrice, path: &dyn Fn(&str) -> String) -> Result<Price, ConfigError> {
+        if raw.currency.len() != 3 || !raw.currency.chars().all(|c| c.is_ascii_uppercase()) {
+            return Err(ConfigError::at(
+                path("price.currency"),
+                format!(
+                    "`{}` is not a currency code (three upper-case letters, as `USD`)",
+                    raw.currency
+                ),
+            ));
+        }
+        let micros = |field: &str, value: f64| {
+            if !value.is_finite() || !(0.0..=1e9).contains(&value) {
+                return Err(ConfigError::at(
+                    path(&format!("price.{field}")),
+                    "must be a price of at least 0 (per million tokens)",
+                ));
+            }
+            Ok((value * 1e6).round() as u64)
+        };
+        let input = micros("input_per_million", raw.input_per_million)?;
+        Ok(Price {
+            input_micros_per_million: input,
+            output_micros_per_million: micros("output_per_million", raw.output_per_million)?,
+            cached_input_micros_per_million: match raw.cached_input_per_million {
+                Some(cached) => micros("cached_input_per_million", cached)?,
+                None => input,
+            },
+            currency: raw.currency,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -127,6 +214,8 @@ pub struct ProviderConfig {
     pub request_timeout: Duration,
     /// Between polls of a background call.
     pub poll_interval: Duration,
+    /// What its tokens cost, where the configuration says.
+    pub price: Option<Price>,
 }
 
 /// Every configured provider, by id.
@@ -329,6 +418,10 @@ impl ProviderConfig {
             connect_timeout: millis("timeouts.connect_ms", raw.timeouts.connect_ms, 5_000)?,
             request_timeout: millis("timeouts.request_ms", raw.timeouts.request_ms, 120_000)?,
             poll_interval: millis("timeouts.poll_ms", raw.timeouts.poll_ms, 500)?,
+            price: raw
+                .price
+                .map(|price| Price::from_raw(price, &path))
+                .transpose()?,
         })
     }
 

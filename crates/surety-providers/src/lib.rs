@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use config::{
-    ConfigError, ProviderConfig, ProviderKind, ProvidersConfig, TokenizerConfig, build_provider,
-    build_provider_with,
+    ConfigError, Price, ProviderConfig, ProviderKind, ProvidersConfig, TokenizerConfig,
+    build_provider, build_provider_with,
 };
 pub use failure::{FailureClass, FailureKind, Finish, ProviderError};
 pub use http::pooled_client;

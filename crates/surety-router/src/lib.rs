@@ -26,6 +26,7 @@ mod layers;
 mod live;
 mod metrics;
 mod settled;
+mod spend;
 mod state;
 mod ui;
 

@@ -1,8 +1,8 @@
 //! Prometheus metrics.
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 #[derive(Debug, Clone)]
@@ -34,6 +34,14 @@ pub struct Metrics {
     /// The reconciler's questions about unknown attempts, by provider and
     /// what it said (`answered`, `ended`, `running`, `not_found`, `error`).
     pub reconciliations: IntCounterVec,
+    /// Jobs and attempts refused for a budget, by budget and owner.
+    pub budget_refusals: IntCounterVec,
+    /// Each budget's spend and what its attempts hold (and, of that, what
+    /// unknown attempts hold) this period, in its unit, by budget and owner
+    /// (read from the database at scrape time).
+    pub budget_spent: IntGaugeVec,
+    pub budget_reserved: IntGaugeVec,
+    pub budget_held_by_unknown: IntGaugeVec,
     pub lost_races: IntCounter,
     pub late_results_discarded: IntCounter,
     pub results_held: IntGauge,
@@ -92,6 +100,23 @@ impl Metrics {
             "Questions the reconciler asked a provider about an unknown attempt (did it do the work?), by provider and outcome (answered, ended, running, not_found, error)",
             &["provider", "outcome"],
         )?;
+        let gauges = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["budget", "owner", "unit"])?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, prometheus::Error>(g)
+        };
+        let budget_spent = gauges(
+            "surety_budget_spent",
+            "What each budget spent this period, in its unit (micros of its currency, or tokens), by budget, owner and unit (read from the database at scrape time)",
+        )?;
+        let budget_reserved = gauges(
+            "surety_budget_reserved",
+            "What each budget's attempts hold now (their worst cases, until each is settled), in its unit, by budget, owner and unit",
+        )?;
+        let budget_held_by_unknown = gauges(
+            "surety_budget_held_by_unknown",
+            "Of what each budget holds, what unknown attempts hold (they may have been billed), in its unit, by budget, owner and unit",
+        )?;
         let live_checks = counters(
             "surety_live_checks_total",
             "The router's own checks (shadow calls and scheduled re-checks) by provider, contract, source and outcome (kept, broke, disagreed, failed)",
@@ -127,6 +152,14 @@ impl Metrics {
         )?;
         registry.register(Box::new(provider_latency.clone()))?;
         Ok(Metrics {
+            budget_refusals: counters(
+                "surety_budget_refusals_total",
+                "Jobs and attempts refused before any call because a budget had no room for their worst case, by budget and owner",
+                &["budget", "owner"],
+            )?,
+            budget_spent,
+            budget_reserved,
+            budget_held_by_unknown,
             cache_read_tokens,
             cache_write_tokens,
             reconciliations,

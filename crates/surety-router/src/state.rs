@@ -56,6 +56,8 @@ pub struct Inner {
     pub failures: Failures,
     /// Each route's budget for its shadow checks and re-checks.
     pub budgets: Budgets,
+    /// The owners' and keys' budgets, charged per attempt.
+    pub spending: crate::spend::Spending,
     /// When each route's next scheduled re-check is due.
     pub rechecks: Rechecks,
     /// The open demotions as this router last read them (every eligibility
@@ -278,6 +280,7 @@ impl AppState {
                 sessions: Sessions::new(config.operator_session),
                 failures: Failures::new(config.max_failed_auth),
                 budgets: Budgets::default(),
+                spending: crate::spend::Spending::new(config),
                 rechecks: Rechecks::default(),
                 demotions_seen: std::sync::RwLock::default(),
             }),

@@ -19,6 +19,8 @@ pub use surety_config::Route;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKey {
     pub owner: String,
+    /// What a budget calls this key (`[[budgets]] key`), where it has one.
+    pub name: Option<String>,
     pub admin: bool,
     /// The operator's pages show (and act on) every owner's jobs, not only
     /// `owner`'s. Only an admin's key may say so.
@@ -149,10 +151,14 @@ pub struct RouterConfig {
     pub api_keys: BTreeMap<String, ApiKey>,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub routes: BTreeMap<String, Route>,
+    /// `[[budgets]]`, in the file's order.
+    pub budgets: Vec<Budget>,
     pub settings: Settings,
 }
 
+mod budgets;
 mod read;
+pub use budgets::{AtLimit, Budget, BudgetUnit, Payer, Period};
 impl RouterConfig {
     /// How the store is opened: the database, its pool, SQLite's sync
     /// and size limit, and how long an operation waits for it.

@@ -91,6 +91,8 @@ fn from_file_or_env(
 #[serde(deny_unknown_fields)]
 struct RawApiKey {
     owner: String,
+    /// What a budget calls the key.
+    name: Option<String>,
     /// sha256 of the key, hex.
     sha256: String,
     #[serde(default)]
@@ -237,11 +239,23 @@ impl RouterConfig {
                     "only an admin key may operate for every owner (set `admin = true`)",
                 ));
             }
+            if let Some(name) = &key.name
+                && (name.is_empty()
+                    || api_keys
+                        .values()
+                        .any(|k: &ApiKey| k.name.as_ref() == Some(name)))
+            {
+                return Err(ConfigError::at(
+                    format!("api_keys[{i}].name"),
+                    "must be a name no other key has",
+                ));
+            }
             if api_keys
                 .insert(
                     hash,
                     ApiKey {
                         owner: key.owner,
+                        name: key.name,
                         admin: key.admin,
                         all_owners: key.all_owners,
                     },
@@ -254,6 +268,7 @@ impl RouterConfig {
                 ));
             }
         }
+        let budgets = super::budgets::read(file.budgets, &api_keys, &file.providers)?;
         let (providers, routes) = (file.providers, file.routes);
         let attempt_timeout = ms(
             "server.attempt_timeout_ms",
@@ -402,6 +417,7 @@ impl RouterConfig {
             api_keys,
             providers,
             routes,
+            budgets,
             settings,
         })
     }

@@ -362,7 +362,12 @@ pub(super) async fn record(
                     result: answer,
                     completion: Some(completion(&response)),
                     response_id: response_id.clone(),
-                    cost: None,
+                    // What the job's budgets are settled to.
+                    cost: state
+                        .inner
+                        .providers
+                        .get(&handle.provider)
+                        .and_then(|p| crate::spend::cost(&p.config, &response.usage)),
                 }),
                 (_, answer) => {
                     let what = match answer {

@@ -46,6 +46,9 @@ pub struct Drive {
     /// request is built from them by `surety_exchange::request`, the
     /// harness's own builder, for its provider.
     pub messages: Vec<Message>,
+    /// The name of the API key that asked, whose budgets each attempt
+    /// charges beside its owner's.
+    pub key_name: Option<String>,
     /// The client's `anthropic-beta` (an output-only Messages job's), sent
     /// with every attempt to the kinds that take it.
     pub anthropic_beta: Option<String>,
@@ -220,12 +223,21 @@ async fn start(
     at: &Eligible,
     slot: Slot,
 ) -> Option<AttemptHandle> {
+    let charges = state
+        .inner
+        .charges(
+            &at.id,
+            &drive.served,
+            &drive.messages,
+            (&drive.owner.0, drive.key_name.as_deref()),
+        )
+        .await;
     let start = StartAttempt {
         provider: at.id.clone(),
         slot,
         lease: state.inner.settings.lease,
         trust: Some(at.trust(&drive.served.contract.id)),
-        charges: Vec::new(),
+        charges,
     };
     match state
         .inner
@@ -234,6 +246,15 @@ async fn start(
         .await
     {
         Ok(handle) => Some(handle),
+        // No call is made: the job waits, queued, for an operator's retry
+        // once the budget has room (its failed attempts stand).
+        Err(e @ surety_store::StoreError::OverBudget { .. }) => {
+            let refusal = state
+                .inner
+                .refused(&e, &drive.owner.0, drive.key_name.as_deref());
+            tracing::warn!(job_id = %drive.job_id, %refusal, "no attempt started: over budget");
+            None
+        }
         Err(e) => {
             tracing::info!(job_id = %drive.job_id, error = %e, "no attempt started");
             None

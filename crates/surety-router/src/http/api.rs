@@ -67,6 +67,7 @@ pub fn routes() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(super::facade::messages_api::count_tokens))
         .routes(routes!(super::facade::models))
         .routes(routes!(super::ops::providers))
+        .routes(routes!(super::ops::budget))
         .routes(routes!(super::ops::reinstate))
         .routes(routes!(super::ops::healthz))
         .routes(routes!(super::ops::readyz))

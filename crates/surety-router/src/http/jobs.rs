@@ -76,7 +76,7 @@ pub(super) async fn create_job(
     let owner = OwnerId(key.owner.clone());
     let wait = prefer_wait(&headers);
     let intake = Intake::new(
-        (owner.clone(), idempotency),
+        (owner.clone(), key.name.clone(), idempotency),
         (route, served.clone()),
         request.input,
         JobKind::Native,

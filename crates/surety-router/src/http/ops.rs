@@ -15,8 +15,8 @@ use super::error::Problem;
 use super::extract::{Caller, JsonObject, PathParams};
 use super::responses::{HeadersTooLarge, Limited, NotJson, TooLarge, Unauthorized, Unavailable};
 use super::views::{
-    CertificationView, DriftView, ProblemView, ProviderList, ProviderView, Readiness,
-    ReconciliationView, Reinstate, RouteView,
+    BudgetList, CertificationView, DriftView, PriceView, ProblemView, ProviderList, ProviderView,
+    Readiness, ReconciliationView, Reinstate, RouteView,
 };
 use crate::state::AppState;
 
@@ -27,6 +27,19 @@ pub(super) async fn providers(
     _caller: Caller,
 ) -> Result<Json<ProviderList>, ApiError> {
     Ok(Json(provider_list(&state).await?))
+}
+
+/// The caller's budgets (its owner's, and its key's) as the database holds
+/// them now: limit, spent, reserved, held by unknown attempts, what is
+/// left and when each resets.
+#[utoipa::path(get, path = "/v1/budget", tag = "budgets", responses((status = 200, description = "The caller's budgets; none when none is configured for it", body = BudgetList), Unauthorized, Limited, Unavailable))]
+pub(super) async fn budget(
+    State(state): State<AppState>,
+    Caller(key, _admitted): Caller,
+) -> Result<Json<BudgetList>, ApiError> {
+    Ok(Json(
+        crate::spend::list(&state.inner, &key.owner, key.name.as_deref()).await?,
+    ))
 }
 
 /// Lifts the router's demotion of a provider for a contract (admin keys
@@ -132,6 +145,20 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         Ok(n) => m.unknown_attempts_open.set(n),
         Err(e) => tracing::warn!(error = %e, "cannot count unknown attempts"),
     }
+    for (budget, status) in crate::spend::statuses(&state.inner).await {
+        let labels = [
+            budget.name.as_str(),
+            budget.owner(&state.inner.spending),
+            budget.store_unit().as_str(),
+        ];
+        m.budget_spent.with_label_values(&labels).set(status.spent);
+        m.budget_reserved
+            .with_label_values(&labels)
+            .set(status.held);
+        m.budget_held_by_unknown
+            .with_label_values(&labels)
+            .set(status.held_by_unknown);
+    }
     m.live_budget_share.reset();
     for spent in state.inner.budgets.spent() {
         m.live_budget_share
@@ -200,6 +227,7 @@ pub async fn provider_list(state: &AppState) -> Result<ProviderList, surety_stor
                 base_url: served.config.base_url.clone(),
                 certification,
                 reconciliation: ReconciliationView::of(served.config.reconciliation()),
+                price: served.config.price.as_ref().map(PriceView::of),
                 drift: drift.get(id).map(|d| DriftView {
                     contract: d.contract.clone(),
                     model: d.model.clone(),

@@ -89,14 +89,18 @@ pub struct Intake {
     pub served: Arc<ServedContract>,
     /// What the job's attempts send (see [`Drive::messages`]).
     pub messages: Vec<Message>,
+    /// The name of the API key that asked (`[[api_keys]] name`), whose
+    /// budgets the job counts against beside its owner's.
+    pub key_name: Option<String>,
 }
 
 impl Intake {
-    /// A job of `route` for `owner` under `key`, of `input` asked for as
+    /// A job of `route` for `owner`, asked for with the API key named
+    /// `key_name`, under idempotency key `key`, of `input` asked for as
     /// `kind`, whose attempts send `messages`; its fingerprint is over the
     /// route and the input.
     pub fn new(
-        (owner, key): (OwnerId, IdempotencyKey),
+        (owner, key_name, key): (OwnerId, Option<String>, IdempotencyKey),
         (route, served): (Route, Arc<ServedContract>),
         input: Value,
         kind: JobKind,
@@ -121,6 +125,7 @@ impl Intake {
             route,
             served,
             messages,
+            key_name,
         }
     }
 
@@ -222,17 +227,31 @@ async fn create(
         let at = providers
             .first()
             .ok_or_else(|| JobError::internal("no eligible provider"))?;
+        let charges = state
+            .inner
+            .charges(
+                &at.id,
+                &intake.served,
+                &intake.messages,
+                (&new.owner.0, intake.key_name.as_deref()),
+            )
+            .await;
         let first = StartAttempt {
             provider: at.id.clone(),
             slot: Slot::Primary,
             lease: state.inner.settings.lease,
             trust: Some(at.trust(&intake.served.contract.id)),
-            charges: Vec::new(),
+            charges,
         };
         match state.inner.store.create_and_start(new, &first).await {
             Ok((Created::New(job), first)) => break (job, first, providers),
             Ok((Created::Replayed(job), _)) => return Ok((replayed(state, job, watch), None)),
             Ok((Created::Conflict, _)) => return Err(conflict(state)),
+            Err(e @ StoreError::OverBudget { .. }) => {
+                return Err(state
+                    .inner
+                    .refused(&e, &new.owner.0, intake.key_name.as_deref()));
+            }
             Err(StoreError::Demoted { provider, .. }) => {
                 tracing::info!(%provider, "the database refused a provider demoted since this router last read: reading again");
                 demotions = Demotions::Read;
@@ -254,6 +273,7 @@ async fn create(
         route: intake.route,
         served: intake.served.clone(),
         messages: intake.messages,
+        key_name: intake.key_name,
         anthropic_beta: super::anthropic_beta(intake.job.kind, intake.job.request.as_ref()),
         input: std::sync::Arc::new(intake.job.input),
         first,

@@ -56,19 +56,38 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
         why: e,
     })?;
     let first = &eligible[0];
+    // The job's budgets (its key's, as its reservations name it) are
+    // charged as for any attempt.
+    let key_name = state.inner.key_of_job(owner, &job.id).await;
+    let charges = state
+        .inner
+        .charges(
+            &first.id,
+            served,
+            &messages,
+            (&owner.0, key_name.as_deref()),
+        )
+        .await;
     // The store's guard decides: an open attempt or a settled job is a 409 saying which.
     let start = StartAttempt {
         provider: first.id.clone(),
         slot: Slot::Primary,
         lease: state.inner.settings.lease,
         trust: Some(first.trust(&contract.id)),
-        charges: Vec::new(),
+        charges,
     };
-    let handle = state
+    let handle = match state
         .inner
         .store
         .start_attempt(owner, &job.id, &start)
-        .await?;
+        .await
+    {
+        Ok(handle) => handle,
+        Err(e @ surety_store::StoreError::OverBudget { .. }) => {
+            return Err(state.inner.refused(&e, &owner.0, key_name.as_deref()));
+        }
+        Err(e) => return Err(e.into()),
+    };
     dispatch::spawn(
         state.clone(),
         Drive {
@@ -77,6 +96,7 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
             route,
             served: served.clone(),
             messages,
+            key_name,
             anthropic_beta: anthropic_beta(job.kind, job.request.as_ref()),
             input: std::sync::Arc::new(job.input),
             first: Some(handle),

@@ -227,8 +227,10 @@ async fn ask(state: &AppState, adapter: &Arc<dyn Provider>, unknown: UnknownAtte
         tracing::warn!(job_id = %handle.job_id, attempt = handle.ordinal, provider = %handle.provider, "the provider did the work, but is no longer certified for the contract: the attempt is left for an operator");
         return;
     };
+    let key_name = state.inner.key_of_job(&owner, &handle.job_id).await;
     let drive = Drive {
         owner,
+        key_name,
         job_id: handle.job_id.clone(),
         route,
         served: served.clone(),

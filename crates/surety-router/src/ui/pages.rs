@@ -2,7 +2,7 @@
 //! job with its attempts, the certification matrix with what the live
 //! checks found and cost, and one provider × contract's live results.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -23,11 +23,7 @@ use crate::http::extract::job_id;
 use crate::metrics::Metrics;
 use crate::state::AppState;
 
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(super) use crate::spend::now_ms;
 
 /// `ms` as `2 h 5 m`, `3 m 12 s` or `41 s`.
 pub(super) fn age(ms: i64) -> String {

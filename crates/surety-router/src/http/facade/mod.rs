@@ -217,7 +217,7 @@ async fn chat(
     let owner = OwnerId(key.owner);
     let (replayed, job, attempts) = settled_job(
         state,
-        (owner, idempotency),
+        (owner, key.name, idempotency),
         (route.clone(), served.clone()),
         (&body, None),
         (JobKind::Chat, sent),
@@ -258,7 +258,7 @@ fn request_model(body: &Value) -> Result<(&serde_json::Map<String, Value>, &str)
 /// at rest and its attempts.
 async fn settled_job(
     state: &AppState,
-    (owner, idempotency): (OwnerId, IdempotencyKey),
+    (owner, key_name, idempotency): (OwnerId, Option<String>, IdempotencyKey),
     (route, served): (
         crate::config::Route,
         std::sync::Arc<crate::certification::ServedContract>,
@@ -276,7 +276,7 @@ async fn settled_job(
         .map_err(|e| OpenAiError::bad_request("invalid_request", None, e.to_string()))?;
     let facade = route.facade;
     let intake = Intake::new(
-        (owner.clone(), idempotency),
+        (owner.clone(), key_name, idempotency),
         (route, served),
         input,
         kind,

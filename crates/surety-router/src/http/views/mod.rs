@@ -3,9 +3,11 @@
 //! same types the handlers return. Every value users read is a stable
 //! snake_case word, never Rust's Debug output.
 
+mod budgets;
 mod messages;
 mod responses;
 
+pub use budgets::*;
 pub use messages::*;
 pub use responses::*;
 use serde::{Deserialize, Serialize};
@@ -270,6 +272,9 @@ pub struct ProviderView {
     pub drift: Option<DriftView>,
     /// Whether its unknown attempts can be resolved by asking it, and how.
     pub reconciliation: ReconciliationView,
+    /// What its tokens cost, where its configuration says (what budgets
+    /// charge it at).
+    pub price: Option<PriceView>,
 }
 
 /// How a provider's unknown attempts are resolved.

@@ -137,7 +137,7 @@ async fn message(
     let owner = OwnerId(key.owner);
     let (replayed, job, attempts) = settled_job(
         state,
-        (owner, idempotency),
+        (owner, key.name, idempotency),
         (route.clone(), served.clone()),
         (
             &body,

@@ -136,7 +136,7 @@ async fn respond(
     let fingerprint = Fingerprint::of(&body)
         .map_err(|e| OpenAiError::bad_request("invalid_request", None, e.to_string()))?;
     let intake = Intake::new(
-        (owner.clone(), idempotency),
+        (owner.clone(), key.name, idempotency),
         (route.clone(), served.clone()),
         job_input,
         JobKind::Responses,
