@@ -568,6 +568,10 @@ async fn run() {
         if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "shadow") {
             cells.extend(shadow_cost(head, &repo, &client, engine, name, counter_base()).await);
         }
+        if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "budgets") {
+            let cell = (&fake, engine, name);
+            cells.extend(budgets_cost(head, &repo, &client, cell, counter_base()).await);
+        }
     }
     println!(
         "targets: >= 8000 jobs/s on SQLite and >= 3000 on PostgreSQL at 64 clients; p99 added <= 1 ms at 500 jobs/s on SQLite (see the JSON)"
@@ -708,24 +712,10 @@ async fn shadow_cost(
     ];
     for (load_label, load) in loads {
         let label = format!("shadow 0.05, {load_label}");
-        let mut samples = [Sample::empty(), Sample::empty()];
         // The primary answers every job: each call a fallback sees is a shadow call.
         let fallback_calls = || fakes[1..].iter().map(FakeProvider::calls).sum::<u64>();
         let before = fallback_calls();
-        // The two rounds without shadow checks, apart: how far p99 moves
-        // between identical runs, against which "p99 added" is read.
-        let mut plain_p99 = Vec::new();
-        for _round in 0..2 {
-            for (i, ((router, _), sample)) in routers.iter().zip(&mut samples).enumerate() {
-                let target = Target::Router(router.base.clone());
-                let round = drive(client, load, target, counter.clone()).await;
-                if i == 0 {
-                    plain_p99.push(round.pct(0.99));
-                }
-                sample.merge(round);
-            }
-        }
-        let spread = (plain_p99[0] - plain_p99[1]).abs();
+        let (samples, spread) = alternated(client, load, &routers, &counter).await;
         let shadow_calls = fallback_calls() - before;
         let [plain, shadowed] = &samples;
         let ratio = shadowed.rate() / plain.rate();
@@ -746,6 +736,91 @@ async fn shadow_cost(
             "p99_added_ms": added,
             "p99_spread_without_ms": spread,
             "shadow_calls": shadow_calls,
+        }));
+    }
+    for (router, _) in routers {
+        router.kill().await;
+    }
+    out
+}
+
+/// `load` through the two routers (without and with what is measured),
+/// alternated ABAB in the same run: each one's two rounds merged, and how
+/// far the first's two rounds' p99 lie apart (against which a p99 added
+/// is read).
+async fn alternated(
+    client: &reqwest::Client,
+    load: Load,
+    routers: &[(RouterProcess, tempfile::TempDir)],
+    counter: &Arc<AtomicU64>,
+) -> ([Sample; 2], f64) {
+    let mut samples = [Sample::empty(), Sample::empty()];
+    let mut plain_p99 = Vec::new();
+    for _round in 0..2 {
+        for (i, ((router, _), sample)) in routers.iter().zip(&mut samples).enumerate() {
+            let target = Target::Router(router.base.clone());
+            let round = drive(client, load, target, counter.clone()).await;
+            if i == 0 {
+                plain_p99.push(round.pct(0.99));
+            }
+            sample.merge(round);
+        }
+    }
+    (samples, (plain_p99[0] - plain_p99[1]).abs())
+}
+
+/// Budgets' price: the same closed-loop load through one route, without
+/// budgets and with the owner's two (tokens a day, tokens a rolling hour,
+/// never reached), so every attempt's worst case is counted by the
+/// provider's tokenizer and reserved of both in the transaction that
+/// records it, and settled as it ends; alternated ABAB in the same run.
+async fn budgets_cost(
+    bin: &Path,
+    repo: &Path,
+    client: &reqwest::Client,
+    (fake, engine, name): (&FakeProvider, Engine, &str),
+    counter: Arc<AtomicU64>,
+) -> Vec<Value> {
+    let budgets = "[[budgets]]\nname = \"acme-day\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"day\"\n\
+                   [[budgets]]\nname = \"acme-hour\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"rolling\"\nwindow_ms = 3600000\n";
+    let log = router_log();
+    let mut routers = Vec::new();
+    let mut dbs = Vec::new();
+    for route in ["", budgets] {
+        let Some(db) = TestDb::new(engine).await else {
+            return Vec::new();
+        };
+        let dir = serve::workspace_routed(repo, &db.url, &[("fake-a", fake)], route, "");
+        routers.push((
+            RouterProcess::start_with(bin, dir.path(), &[], &log).await,
+            dir,
+        ));
+        dbs.push(db);
+    }
+    let mut out = Vec::new();
+    for (load_label, load) in [
+        ("closed 16", Load::Closed(16)),
+        ("closed 64", Load::Closed(64)),
+    ] {
+        let label = format!("budgets, {load_label}");
+        let (samples, spread) = alternated(client, load, &routers, &counter).await;
+        let [plain, budgeted] = &samples;
+        let ratio = budgeted.rate() / plain.rate();
+        let added = budgeted.pct(0.99) - plain.pct(0.99);
+        println!(
+            "{name:<9} {label:<24} without {:>7.0}/s p99 {:>6.2} ms; with {:>7.0}/s p99 {:>6.2} ms: throughput ratio {ratio:.3} (target >= 0.90), p99 added {added:+.2} ms (without vs without: {spread:.2} ms apart)",
+            plain.rate(),
+            plain.pct(0.99),
+            budgeted.rate(),
+            budgeted.pct(0.99),
+        );
+        out.push(json!({
+            "engine": name, "load": label,
+            "without_budgets": {"per_s": plain.rate(), "p50_ms": plain.pct(0.5), "p99_ms": plain.pct(0.99), "n": plain.count},
+            "with_budgets": {"per_s": budgeted.rate(), "p50_ms": budgeted.pct(0.5), "p99_ms": budgeted.pct(0.99), "n": budgeted.count},
+            "throughput_ratio": ratio,
+            "p99_added_ms": added,
+            "p99_spread_without_ms": spread,
         }));
     }
     for (router, _) in routers {

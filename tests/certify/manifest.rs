@@ -196,6 +196,7 @@ fn certifying_one_provider_replaces_only_its_entries() {
         provider_fingerprint: "sha256:z".into(),
         provider_config: serde_json::json!({}),
         base_url_override: None,
+        price: None,
         served_model: Default::default(),
         tokenizer: "unverified".into(),
         structured_mode: "json_schema".into(),

@@ -346,3 +346,102 @@ pub async fn a_keys_budget_spent_leaves_its_owners_other_keys_served(db: &TestDb
     }
     assert_eq!(fake.calls(), 2);
 }
+
+const OVER_BUDGET_CLIENTS: &str = r#"
+import json, os
+import anthropic, openai
+
+base, key = os.environ["BASE_URL"], os.environ["API_KEY"]
+system, user = os.environ["SYSTEM_PROMPT"], os.environ["USER"]
+seen = {}
+chat = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=2)
+try:
+    chat.chat.completions.create(model="language", extra_headers={"Idempotency-Key": "b-1"},
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}])
+except openai.APIStatusError as e:
+    seen["openai"] = {"class": type(e).__name__, "status": e.status_code, "code": e.code, "type": e.type, "message": e.message,
+        "retry_after": e.response.headers.get("retry-after")}
+try:
+    chat.responses.create(model="language", instructions=system, input=user, extra_headers={"Idempotency-Key": "b-2"})
+except openai.APIStatusError as e:
+    seen["responses"] = {"class": type(e).__name__, "code": e.code}
+claude = anthropic.Anthropic(base_url=base, api_key=key, max_retries=2)
+try:
+    claude.messages.create(model="language", max_tokens=int(os.environ["MAX_TOKENS"]), system=system,
+        messages=[{"role": "user", "content": user}], extra_headers={"Idempotency-Key": "b-3"})
+except anthropic.APIStatusError as e:
+    seen["anthropic"] = {"class": type(e).__name__, "status": e.status_code, "type": e.body["error"]["type"], "message": e.body["error"]["message"]}
+print(json.dumps(seen))
+"#;
+
+/// Must show 4: each facade refuses an over-budget job in its own dialect,
+/// as its official SDK reads it: OpenAI's `RateLimitError` with
+/// `insufficient_quota` (Chat Completions and Responses), Anthropic's
+/// `RateLimitError` (`rate_limit_error`); none of them retried, none
+/// reaching the provider.
+pub async fn the_sdks_read_an_over_budget_job_in_their_own_dialects(db: &TestDb) {
+    let Some(python) = crate::sdk::sdk_python() else {
+        return;
+    };
+    let fake = FakeProvider::start(Script::always(Behavior::Reply(ENGLISH.to_owned())))
+        .await
+        .unwrap();
+    let router = with_budgets(
+        db,
+        &fake,
+        &tokens("globex-day", "owner = \"globex\"", 0),
+        "",
+    )
+    .await;
+    let language = crate::harness::contract("language-detect");
+    let prompt = language.render(&json!({ "text": TEXT })).unwrap();
+    let max_tokens = language.limits.max_output_tokens.to_string();
+    let seen = crate::sdk::run_client(
+        &python,
+        OVER_BUDGET_CLIENTS,
+        &[
+            ("BASE_URL", &router.base),
+            ("API_KEY", GLOBEX),
+            ("SYSTEM_PROMPT", &prompt.system),
+            ("USER", &prompt.user),
+            ("MAX_TOKENS", &max_tokens),
+        ],
+    )
+    .await;
+    let openai = &seen["openai"];
+    assert_eq!(openai["class"], "RateLimitError", "{seen}");
+    assert_eq!(
+        (openai["code"].as_str(), openai["type"].as_str()),
+        (Some("insufficient_quota"), Some("insufficient_quota")),
+        "{seen}"
+    );
+    assert!(
+        openai["message"]
+            .as_str()
+            .unwrap()
+            .contains("budget `globex-day`"),
+        "{seen}"
+    );
+    assert!(openai["retry_after"].as_str().is_some(), "{seen}");
+    assert_eq!(
+        seen["responses"],
+        json!({"class": "RateLimitError", "code": "insufficient_quota"}),
+        "{seen}"
+    );
+    let claude = &seen["anthropic"];
+    assert_eq!(
+        (claude["class"].as_str(), claude["type"].as_str()),
+        (Some("RateLimitError"), Some("rate_limit_error")),
+        "{seen}"
+    );
+    assert!(
+        claude["message"]
+            .as_str()
+            .unwrap()
+            .contains("budget `globex-day`"),
+        "{seen}"
+    );
+    assert_eq!(fake.calls(), 0, "nothing reached the provider");
+    // Each refusal was one request: no SDK retried it.
+    assert_eq!(router.metric("surety_budget_refusals_total").await, 3.0);
+}

@@ -42,4 +42,16 @@ fn the_configuration_page_is_a_file_the_router_reads() {
     assert!(responses.store && responses.background, "{responses:?}");
     let key = &config.api_keys["2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"];
     assert_eq!(key.owner, "acme");
+    assert_eq!(key.name.as_deref(), Some("acme-app"));
+    let budgets: Vec<&str> = config.budgets.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(budgets, ["acme-daily", "acme-app-hourly"]);
+    assert_eq!(config.budgets[0].limit, 50_000_000, "50 USD, in millionths");
+    let price = config.providers["claude-haiku"].price.as_ref().unwrap();
+    assert_eq!(
+        (
+            price.input_micros_per_million,
+            price.cached_input_micros_per_million
+        ),
+        (1_000_000, 100_000)
+    );
 }

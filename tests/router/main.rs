@@ -53,6 +53,7 @@ mod budgets_per_engine {
         a_settled_answer_frees_the_rest_for_the_next_job,
         an_unknown_attempt_holds_its_reservation_until_its_late_result,
         a_keys_budget_spent_leaves_its_owners_other_keys_served,
+        the_sdks_read_an_over_budget_job_in_their_own_dialects,
     );
 }
 

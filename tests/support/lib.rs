@@ -446,6 +446,7 @@ pub fn certified_entry(
         provider_fingerprint: surety_manifest::fingerprint(&behaviour),
         provider_config: behaviour,
         base_url_override: None,
+        price: None,
         served_model: surety_manifest::ServedModel {
             response_models: vec![config.model.clone()],
             models_endpoint: None,

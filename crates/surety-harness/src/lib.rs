@@ -681,6 +681,10 @@ pub fn entry(
         provider_fingerprint: surety_manifest::fingerprint(&behaviour),
         provider_config: behaviour,
         base_url_override: overridden_from.map(str::to_owned),
+        price: config
+            .price
+            .as_ref()
+            .and_then(|price| serde_json::to_value(price).ok()),
         served_model: ServedModel {
             response_models: response_models.into_iter().collect(),
             models_endpoint: served,

@@ -64,6 +64,11 @@ pub struct Entry {
     /// against, so a router serves it only if its configuration names that URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url_override: Option<String>,
+    /// The provider's prices as the run had them (`[providers.x.price]`),
+    /// where it has them: what its tokens were reckoned at. Not part of
+    /// the binding (a price changes no answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Value>,
     pub served_model: ServedModel,
     pub tokenizer: String,
     pub structured_mode: String,

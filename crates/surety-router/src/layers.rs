@@ -14,48 +14,50 @@ use std::path::{Path, PathBuf};
 ///   asking (sessions, failed authentications, constant-time tokens), and
 ///   the notices of a job settling;
 /// - 1: certification: what may be served, from the manifest and the
-///   configuration as they are now;
-/// - 2: the shared state; 3: the router's own checks (shadow calls,
+///   configuration as they are now; 2: budgets: what an attempt may cost
+///   at a provider, and a refusal in words;
+/// - 3: the shared state; 4: the router's own checks (shadow calls,
 ///   re-checks, demotions; their budgets sit at 0, for the state to hold);
-///   4: driving a job's attempts; 5: jobs (intake, wait, retry, cancel),
+///   5: driving a job's attempts; 6: jobs (intake, wait, retry, cancel),
 ///   with their own errors;
-/// - 5–11: HTTP: views; problem details and the shared response sets of
+/// - 7–13: HTTP: views; problem details and the shared response sets of
 ///   the document; the accept loop, the edge's limits and the OpenAPI
 ///   document's edits; the extractors; the API's handlers and the facade;
 ///   the routes, then the layer's front;
-/// - 12–15: the operator's pages: their typed contexts, sign-in and
+/// - 14–17: the operator's pages: their typed contexts, sign-in and
 ///   sessions, then the pages that read and act, then their routes;
-/// - 16: the whole router.
-const LAYERS: [(&str, u8); 29] = [
+/// - 18: the whole router.
+const LAYERS: [(&str, u8); 30] = [
     ("config", 0),
     ("metrics", 0),
     ("auth", 0),
     ("settled", 0),
     ("live::budget", 0),
     ("certification", 1),
-    ("state", 2),
-    ("live", 3),
-    ("dispatch", 4),
-    ("jobs", 5),
-    ("http::views", 6),
-    ("http::error", 7),
-    ("http::responses", 7),
-    ("http::listen", 8),
-    ("http::edge", 8),
-    ("http::document", 8),
-    ("http::extract", 9),
-    ("http::facade", 10),
-    ("http::jobs", 10),
-    ("http::ops", 10),
-    ("http::api", 11),
-    ("http", 12),
-    ("ui::views", 13),
-    ("ui::session", 14),
-    ("ui::pages", 15),
-    ("ui::actions", 15),
-    ("ui", 16),
-    ("app", 17),
-    ("layers", 18),
+    ("spend", 2),
+    ("state", 3),
+    ("live", 4),
+    ("dispatch", 5),
+    ("jobs", 6),
+    ("http::views", 7),
+    ("http::error", 8),
+    ("http::responses", 8),
+    ("http::listen", 9),
+    ("http::edge", 9),
+    ("http::document", 9),
+    ("http::extract", 10),
+    ("http::facade", 11),
+    ("http::jobs", 11),
+    ("http::ops", 11),
+    ("http::api", 12),
+    ("http", 13),
+    ("ui::views", 14),
+    ("ui::session", 15),
+    ("ui::pages", 16),
+    ("ui::actions", 16),
+    ("ui", 17),
+    ("app", 18),
+    ("layers", 19),
 ];
 
 /// The entry of `module` (a path such as `http::facade::reply`).
@@ -175,7 +177,7 @@ fn an_import_against_the_rule_is_found() {
     assert_eq!(
         offences,
         [
-            "dispatch (layer 4) imports http::error (http::error, layer 7)",
+            "dispatch (layer 5) imports http::error (http::error, layer 8)",
             "unplaced has no layer in LAYERS",
         ],
     );
@@ -183,7 +185,7 @@ fn an_import_against_the_rule_is_found() {
 
 #[test]
 fn a_module_is_placed_by_its_longest_entry() {
-    assert_eq!(layer("http::facade::reply"), Some(("http::facade", 10)));
-    assert_eq!(layer("http"), Some(("http", 12)));
+    assert_eq!(layer("http::facade::reply"), Some(("http::facade", 11)));
+    assert_eq!(layer("http"), Some(("http", 13)));
     assert_eq!(layer("httpx"), None);
 }

@@ -14,7 +14,6 @@ use time::OffsetDateTime;
 
 use crate::certification::{ServedContract, ServedProvider};
 use crate::config::{AtLimit, Budget, BudgetUnit, Payer, Period, RouterConfig};
-use crate::jobs::JobError;
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -24,6 +23,16 @@ pub struct Spending {
     pub budgets: Vec<Budget>,
     /// A key's name → its owner.
     owners: BTreeMap<String, String>,
+}
+
+/// A job or an attempt refused for a budget with no room: in words, and
+/// when waiting helps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The budget, what is left of it, and when it resets.
+    pub detail: String,
+    /// Seconds until it resets; none for a total.
+    pub retry_after: Option<u64>,
 }
 
 /// When a budget's period began and when it counts afresh (ms).
@@ -162,6 +171,24 @@ impl Spending {
         })
     }
 
+    /// What an attempt reserved of a budget and what it spent, in words
+    /// (`reserved 0.00066 USD of acme-daily, spent 0.000204 USD`).
+    pub fn say(&self, r: &surety_store::Reservation) -> String {
+        let amount = |n: i64| match self.budgets.iter().find(|b| b.name == r.budget) {
+            Some(budget) => budget.say(n),
+            None => format!("{n} {}", r.unit.as_str()),
+        };
+        match r.spent {
+            Some(spent) => format!(
+                "reserved {} of {}, spent {}",
+                amount(r.amount),
+                r.budget,
+                amount(spent)
+            ),
+            None => format!("holds {} of {}", amount(r.amount), r.budget),
+        }
+    }
+
     /// The key a job's budgets name, from the budgets its attempts
     /// reserved of (what a later attempt, started where the asking key is
     /// not known, charges again).
@@ -195,8 +222,8 @@ impl Spending {
     }
 
     /// A refusal for being over a budget, in words: the budget, what is
-    /// left, and when it resets (`Retry-After`); other errors as they are.
-    pub fn refusal(&self, error: &StoreError, now_ms: i64) -> JobError {
+    /// left, and when it resets (`Retry-After`).
+    pub fn refusal(&self, error: &StoreError, now_ms: i64) -> Refusal {
         let StoreError::OverBudget {
             budget,
             limit,
@@ -206,11 +233,14 @@ impl Spending {
             oldest_bucket_ms,
         } = error
         else {
-            return JobError::internal(error);
+            return Refusal {
+                detail: error.to_string(),
+                retry_after: None,
+            };
         };
         let (limit, spent, held, asked) = (*limit, *spent, *held, *asked);
         let Some(config) = self.budgets.iter().find(|b| &b.name == budget) else {
-            return JobError::OverBudget {
+            return Refusal {
                 detail: error.to_string(),
                 retry_after: None,
             };
@@ -221,7 +251,7 @@ impl Spending {
             || "; it is a total and does not reset".to_owned(),
             |ms| format!("; it resets at {}", rfc3339(ms)),
         );
-        JobError::OverBudget {
+        Refusal {
             detail: format!(
                 "budget `{budget}` of {} has {} left of {} ({} spent, {} held by attempts in flight or unknown), and this job's attempt may cost up to {}{when}",
                 config.for_whom(),
@@ -323,89 +353,50 @@ pub fn cost(config: &ProviderConfig, usage: &Usage) -> Option<Cost> {
     })
 }
 
-impl crate::state::Inner {
-    /// What an attempt at `provider` of a job of `owner`, asked for with
-    /// the key named `key`, reserves of each of its budgets: nothing (and
-    /// no counting) where no budget is the job's.
-    pub async fn charges(
+impl Spending {
+    /// Every budget as the database holds it now, in its period; a budget
+    /// that cannot be read is left out (and logged).
+    pub async fn statuses(
         &self,
-        provider: &str,
-        served: &ServedContract,
-        messages: &[Message],
-        (owner, key): (&str, Option<&str>),
-    ) -> Vec<Charge> {
-        if self.spending.of(owner, key).next().is_none() {
-            return Vec::new();
-        }
-        let Some(at) = self.providers.get(provider) else {
-            return Vec::new();
-        };
-        let worst = worst_case(at, served, messages).await;
-        self.spending.charges(owner, key, worst, now_ms())
+        store: &surety_store::Store,
+    ) -> Vec<(&Budget, surety_store::BudgetStatus)> {
+        self.rows(store, None)
+            .await
+            .into_iter()
+            .map(|(budget, status, _)| (budget, status))
+            .collect()
     }
 
-    /// The name of the key a job was asked for with, as its reservations
-    /// say (a later attempt started away from the request that asked: an
-    /// operator's retry, a failover after a reconciliation).
-    pub async fn key_of_job(
+    /// The budgets of `owner` (every owner's when `None`) as the database
+    /// holds them now, each with when it next frees room.
+    pub async fn rows(
         &self,
-        owner: &surety_store::OwnerId,
-        job_id: &surety_store::JobId,
-    ) -> Option<String> {
-        if !self
-            .spending
-            .budgets
-            .iter()
-            .any(|b| matches!(b.payer, Payer::Key(_)))
-        {
-            return None;
-        }
-        match self.store.reservations(owner, job_id).await {
-            Ok(reserved) => self
-                .spending
-                .key_of(reserved.iter().map(|r| r.budget.as_str())),
-            Err(e) => {
-                tracing::warn!(%job_id, error = %e, "the job's reservations cannot be read: its key's budgets are not charged");
-                None
+        store: &surety_store::Store,
+        owner: Option<&str>,
+    ) -> Vec<(&Budget, surety_store::BudgetStatus, Option<i64>)> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        for budget in &self.budgets {
+            if owner.is_some_and(|o| budget.owner(self) != o) {
+                continue;
+            }
+            let window = budget.window(now);
+            match store.budget(&budget.name, window.counts_from_ms).await {
+                Ok(status) => {
+                    let resets = resets(budget, window, status.oldest_bucket_ms);
+                    out.push((budget, status, resets));
+                }
+                Err(e) => {
+                    tracing::warn!(budget = %budget.name, error = %e, "cannot read the budget")
+                }
             }
         }
+        out
     }
-}
-
-impl crate::state::Inner {
-    /// A refusal for `error` (a budget with no room), counted, in words.
-    pub fn refused(&self, error: &StoreError, owner: &str, key: Option<&str>) -> JobError {
-        if let StoreError::OverBudget { budget, .. } = error {
-            self.metrics
-                .budget_refusals
-                .with_label_values(&[budget.as_str(), owner])
-                .inc();
-            tracing::info!(%budget, %owner, key = key.unwrap_or(""), "refused: over budget");
-        }
-        self.spending.refusal(error, now_ms())
-    }
-}
-
-/// Every budget as the database holds it now, in its period; a budget
-/// that cannot be read is left out (and logged).
-pub async fn statuses(inner: &crate::state::Inner) -> Vec<(&Budget, surety_store::BudgetStatus)> {
-    let now = now_ms();
-    let mut out = Vec::new();
-    for budget in &inner.spending.budgets {
-        match inner
-            .store
-            .budget(&budget.name, budget.window(now).counts_from_ms)
-            .await
-        {
-            Ok(status) => out.push((budget, status)),
-            Err(e) => tracing::warn!(budget = %budget.name, error = %e, "cannot read the budget"),
-        }
-    }
-    out
 }
 
 /// `ms` since the epoch, as RFC 3339.
-fn rfc3339(ms: i64) -> String {
+pub fn rfc3339(ms: i64) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| {
@@ -415,63 +406,9 @@ fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// The budgets of a job of `owner` asked for with the key named `key`, as
-/// the database holds them now.
-pub async fn list(
-    inner: &crate::state::Inner,
-    owner: &str,
-    key: Option<&str>,
-) -> Result<crate::http::views::BudgetList, StoreError> {
-    let now = now_ms();
-    let mut budgets = Vec::new();
-    for budget in inner.spending.of(owner, key) {
-        let window = budget.window(now);
-        let status = inner
-            .store
-            .budget(&budget.name, window.counts_from_ms)
-            .await?;
-        let amount = |n: i64| match budget.unit {
-            BudgetUnit::Money(_) => n as f64 / 1e6,
-            BudgetUnit::Tokens => n as f64,
-        };
-        budgets.push(crate::http::views::BudgetView {
-            name: budget.name.clone(),
-            counts: match budget.payer {
-                Payer::Owner(_) => "owner",
-                Payer::Key(_) => "key",
-            },
-            unit: match &budget.unit {
-                BudgetUnit::Money(currency) => currency.clone(),
-                BudgetUnit::Tokens => "tokens".to_owned(),
-            },
-            period: match budget.period {
-                Period::Day => "day",
-                Period::Month => "month",
-                Period::Rolling(_) => "rolling",
-                Period::Total => "total",
-            },
-            window_ms: match budget.period {
-                Period::Rolling(w) => Some(u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
-                _ => None,
-            },
-            at_limit: match budget.at_limit {
-                AtLimit::Refuse => "refuse",
-                AtLimit::Record => "record",
-            },
-            limit: amount(budget.limit),
-            spent: amount(status.spent),
-            reserved: amount(status.held),
-            held_by_unknown: amount(status.held_by_unknown),
-            left: amount((budget.limit - status.spent - status.held).max(0)),
-            resets_at: resets(budget, window, status.oldest_bucket_ms).map(rfc3339),
-        });
-    }
-    Ok(crate::http::views::BudgetList { budgets })
-}
-
 /// When `budget` next has room freed: its period's end, or, in a rolling
 /// window, when its oldest spend leaves it.
-fn resets(budget: &Budget, window: Window, oldest_bucket_ms: Option<i64>) -> Option<i64> {
+pub fn resets(budget: &Budget, window: Window, oldest_bucket_ms: Option<i64>) -> Option<i64> {
     match (budget.period, oldest_bucket_ms) {
         (Period::Rolling(w), Some(oldest)) => {
             let w = i64::try_from(w.as_millis()).unwrap_or(i64::MAX);
@@ -515,8 +452,8 @@ mod tests {
         assert_eq!(day.resets_at_ms, Some(1_796_515_200_000 + DAY_MS));
         let month = budget(Period::Month).window(now);
         // 2026-12-01 and 2027-01-01
-        assert_eq!(month.counts_from_ms, 1_795_996_800_000);
-        assert_eq!(month.resets_at_ms, Some(1_798_675_200_000));
+        assert_eq!(month.counts_from_ms, 1_796_083_200_000);
+        assert_eq!(month.resets_at_ms, Some(1_798_761_600_000));
     }
 
     #[test]

@@ -124,6 +124,77 @@ impl Inner {
     }
 }
 
+/// Budgets: what an attempt reserves, whose key a job was asked with,
+/// and a refusal counted.
+impl Inner {
+    /// What an attempt at `provider` of a job of `owner`, asked for with
+    /// the key named `key`, reserves of each of its budgets: nothing (and
+    /// no counting) where no budget is the job's.
+    pub async fn charges(
+        &self,
+        provider: &str,
+        served: &ServedContract,
+        messages: &[surety_providers::Message],
+        (owner, key): (&str, Option<&str>),
+    ) -> Vec<surety_store::Charge> {
+        if self.spending.of(owner, key).next().is_none() {
+            return Vec::new();
+        }
+        let Some(at) = self.providers.get(provider) else {
+            return Vec::new();
+        };
+        let worst = crate::spend::worst_case(at, served, messages).await;
+        self.spending
+            .charges(owner, key, worst, crate::spend::now_ms())
+    }
+
+    /// The name of the key a job was asked for with, as its reservations
+    /// say (a later attempt started away from the request that asked: an
+    /// operator's retry, a failover after a reconciliation).
+    pub async fn key_of_job(
+        &self,
+        owner: &surety_store::OwnerId,
+        job_id: &surety_store::JobId,
+    ) -> Option<String> {
+        if !self
+            .spending
+            .budgets
+            .iter()
+            .any(|b| matches!(b.payer, crate::config::Payer::Key(_)))
+        {
+            return None;
+        }
+        match self.store.reservations(owner, job_id).await {
+            Ok(reserved) => self
+                .spending
+                .key_of(reserved.iter().map(|r| r.budget.as_str())),
+            Err(e) => {
+                tracing::warn!(%job_id, error = %e, "the job's reservations cannot be read: its key's budgets are not charged");
+                None
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// A refusal for `error` (a budget with no room), counted, in words.
+    pub fn refused(
+        &self,
+        error: &surety_store::StoreError,
+        owner: &str,
+        key: Option<&str>,
+    ) -> crate::spend::Refusal {
+        if let surety_store::StoreError::OverBudget { budget, .. } = error {
+            self.metrics
+                .budget_refusals
+                .with_label_values(&[budget.as_str(), owner])
+                .inc();
+            tracing::info!(%budget, %owner, key = key.unwrap_or(""), "refused: over budget");
+        }
+        self.spending.refusal(error, crate::spend::now_ms())
+    }
+}
+
 /// Per-owner limits: a keyed rate limiter (GCRA), and a semaphore per
 /// owner counting its requests in flight (every owner has one).
 #[derive(Debug)]

@@ -252,7 +252,7 @@ async fn start(
             let refusal = state
                 .inner
                 .refused(&e, &drive.owner.0, drive.key_name.as_deref());
-            tracing::warn!(job_id = %drive.job_id, %refusal, "no attempt started: over budget");
+            tracing::warn!(job_id = %drive.job_id, refusal = %refusal.detail, "no attempt started: over budget");
             None
         }
         Err(e) => {

@@ -250,8 +250,8 @@ impl From<crate::jobs::JobError> for ApiError {
             E::NoCertifiedProvider { .. } => ApiError::new(Problem::NoCertifiedProvider, detail),
             E::Conflict => ApiError::new(Problem::IdempotencyConflict, detail),
             E::NoLongerFits { .. } => ApiError::new(Problem::MalformedBody, detail),
-            E::OverBudget { retry_after, .. } => ApiError {
-                retry_after,
+            E::OverBudget(refusal) => ApiError {
+                retry_after: refusal.retry_after,
                 ..ApiError::new(Problem::OverBudget, detail)
             },
             E::Store(e) => ApiError::from(e),

@@ -124,7 +124,8 @@ pub(super) async fn get_attempts(
     let (owner, id) = (OwnerId(key.owner), job_id(&id)?);
     let attempts = state.inner.store.attempts(&owner, &id).await?;
     let questions = state.inner.store.questions(&owner, &id).await?;
-    Ok(Json(AttemptList::of(&attempts, &questions)))
+    let reservations = state.inner.store.reservations(&owner, &id).await?;
+    Ok(Json(AttemptList::of(&attempts, &questions, &reservations)))
 }
 
 /// A new attempt at the job, if no attempt is open and it has not succeeded.

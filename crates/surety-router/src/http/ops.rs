@@ -38,8 +38,65 @@ pub(super) async fn budget(
     Caller(key, _admitted): Caller,
 ) -> Result<Json<BudgetList>, ApiError> {
     Ok(Json(
-        crate::spend::list(&state.inner, &key.owner, key.name.as_deref()).await?,
+        budget_list(&state.inner, &key.owner, key.name.as_deref()).await?,
     ))
+}
+
+/// The budgets of a job of `owner` asked for with the key named `key`, as
+/// the database holds them now.
+async fn budget_list(
+    inner: &crate::state::Inner,
+    owner: &str,
+    key: Option<&str>,
+) -> Result<BudgetList, surety_store::StoreError> {
+    let now = crate::spend::now_ms();
+    let mut budgets = Vec::new();
+    for budget in inner.spending.of(owner, key) {
+        let window = budget.window(now);
+        let status = inner
+            .store
+            .budget(&budget.name, window.counts_from_ms)
+            .await?;
+        let amount = |n: i64| match budget.unit {
+            crate::config::BudgetUnit::Money(_) => n as f64 / 1e6,
+            crate::config::BudgetUnit::Tokens => n as f64,
+        };
+        budgets.push(super::views::BudgetView {
+            name: budget.name.clone(),
+            counts: match budget.payer {
+                crate::config::Payer::Owner(_) => "owner",
+                crate::config::Payer::Key(_) => "key",
+            },
+            unit: match &budget.unit {
+                crate::config::BudgetUnit::Money(currency) => currency.clone(),
+                crate::config::BudgetUnit::Tokens => "tokens".to_owned(),
+            },
+            period: match budget.period {
+                crate::config::Period::Day => "day",
+                crate::config::Period::Month => "month",
+                crate::config::Period::Rolling(_) => "rolling",
+                crate::config::Period::Total => "total",
+            },
+            window_ms: match budget.period {
+                crate::config::Period::Rolling(w) => {
+                    Some(u64::try_from(w.as_millis()).unwrap_or(u64::MAX))
+                }
+                _ => None,
+            },
+            at_limit: match budget.at_limit {
+                crate::config::AtLimit::Refuse => "refuse",
+                crate::config::AtLimit::Record => "record",
+            },
+            limit: amount(budget.limit),
+            spent: amount(status.spent),
+            reserved: amount(status.held),
+            held_by_unknown: amount(status.held_by_unknown),
+            left: amount((budget.limit - status.spent - status.held).max(0)),
+            resets_at: crate::spend::resets(budget, window, status.oldest_bucket_ms)
+                .map(crate::spend::rfc3339),
+        });
+    }
+    Ok(BudgetList { budgets })
 }
 
 /// Lifts the router's demotion of a provider for a contract (admin keys
@@ -145,7 +202,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         Ok(n) => m.unknown_attempts_open.set(n),
         Err(e) => tracing::warn!(error = %e, "cannot count unknown attempts"),
     }
-    for (budget, status) in crate::spend::statuses(&state.inner).await {
+    for (budget, status) in state.inner.spending.statuses(&state.inner.store).await {
         let labels = [
             budget.name.as_str(),
             budget.owner(&state.inner.spending),

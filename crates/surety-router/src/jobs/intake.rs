@@ -248,9 +248,10 @@ async fn create(
             Ok((Created::Replayed(job), _)) => return Ok((replayed(state, job, watch), None)),
             Ok((Created::Conflict, _)) => return Err(conflict(state)),
             Err(e @ StoreError::OverBudget { .. }) => {
-                return Err(state
+                let refusal = state
                     .inner
-                    .refused(&e, &new.owner.0, intake.key_name.as_deref()));
+                    .refused(&e, &new.owner.0, intake.key_name.as_deref());
+                return Err(JobError::OverBudget(refusal));
             }
             Err(StoreError::Demoted { provider, .. }) => {
                 tracing::info!(%provider, "the database refused a provider demoted since this router last read: reading again");

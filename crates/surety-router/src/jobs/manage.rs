@@ -84,7 +84,11 @@ pub async fn retry(state: &AppState, owner: &OwnerId, job_id: &JobId) -> Result<
     {
         Ok(handle) => handle,
         Err(e @ surety_store::StoreError::OverBudget { .. }) => {
-            return Err(state.inner.refused(&e, &owner.0, key_name.as_deref()));
+            return Err(JobError::OverBudget(state.inner.refused(
+                &e,
+                &owner.0,
+                key_name.as_deref(),
+            )));
         }
         Err(e) => return Err(e.into()),
     };

@@ -34,12 +34,8 @@ pub enum JobError {
     #[error("the job's input does not fit contract `{contract}` now: {why}")]
     NoLongerFits { contract: String, why: String },
     /// A budget of the job's has no room for its attempt's worst case.
-    #[error("{detail}")]
-    OverBudget {
-        detail: String,
-        /// When the budget resets, in seconds; none for a total.
-        retry_after: Option<u64>,
-    },
+    #[error("{}", .0.detail)]
+    OverBudget(crate::spend::Refusal),
     #[error(transparent)]
     Store(#[from] surety_store::StoreError),
     /// A bug or a broken invariant, in words for the log.

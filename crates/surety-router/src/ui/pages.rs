@@ -14,8 +14,8 @@ use surety_store::LiveOutcome;
 
 use super::session::{operator, to_sign_in};
 use super::views::{
-    AttemptCount, AttemptRow, CertificationPage, CertificationRow, Figure, JobPage, JobSummary,
-    LivePage, LiveRow, QueuePage, QueueRow, RaceRow, StateCount, ToolCallRow,
+    AttemptCount, AttemptRow, BudgetRow, CertificationPage, CertificationRow, Figure, JobPage,
+    JobSummary, LivePage, LiveRow, QueuePage, QueueRow, RaceRow, StateCount, ToolCallRow,
 };
 use super::{MAX_WAIT_S, QUEUE_LENGTH, page};
 use crate::http::error::ApiError;
@@ -126,6 +126,24 @@ pub(super) async fn queue(State(state): State<AppState>, headers: HeaderMap) -> 
             }
         })
         .collect();
+    let budgets = state
+        .inner
+        .spending
+        .rows(&state.inner.store, op.scope.as_ref().map(|o| o.0.as_str()))
+        .await
+        .into_iter()
+        .map(|(budget, status, resets)| BudgetRow {
+            name: budget.name.clone(),
+            whom: budget.for_whom(),
+            limit: budget.say(budget.limit),
+            spent: budget.say(status.spent),
+            reserved: budget.say(status.held),
+            held_by_unknown: budget.say(status.held_by_unknown),
+            resets: resets
+                .map(when)
+                .unwrap_or_else(|| "never (a total)".to_owned()),
+        })
+        .collect();
     page(
         StatusCode::OK,
         "queue.html",
@@ -136,6 +154,7 @@ pub(super) async fn queue(State(state): State<AppState>, headers: HeaderMap) -> 
             figures,
             by_state,
             attempts,
+            budgets,
         },
     )
 }
@@ -197,6 +216,12 @@ pub(super) async fn job_page(
         .questions(&owner, &id)
         .await
         .unwrap_or_default();
+    let reservations = state
+        .inner
+        .store
+        .reservations(&owner, &id)
+        .await
+        .unwrap_or_default();
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
     let attempts = attempts
         .iter()
@@ -228,6 +253,11 @@ pub(super) async fn job_page(
                 open: matches!(a.state, AttemptState::Started | AttemptState::Unknown),
                 response_id: a.provider_response_id.clone().unwrap_or_default(),
                 asking,
+                budget: reservations
+                    .iter()
+                    .filter(|r| r.ordinal == a.ordinal)
+                    .map(|r| state.inner.spending.say(r))
+                    .collect(),
                 questions: questions
                     .iter()
                     .filter(|q| q.ordinal == a.ordinal)

@@ -58,6 +58,19 @@ pub(super) struct QueuePage {
     pub(super) figures: Vec<Figure>,
     pub(super) by_state: Vec<StateCount>,
     pub(super) attempts: Vec<AttemptCount>,
+    pub(super) budgets: Vec<BudgetRow>,
+}
+
+/// One budget of the owners the operator sees, in its unit's words.
+#[derive(Debug, Serialize)]
+pub(super) struct BudgetRow {
+    pub(super) name: String,
+    pub(super) whom: String,
+    pub(super) limit: String,
+    pub(super) spent: String,
+    pub(super) reserved: String,
+    pub(super) held_by_unknown: String,
+    pub(super) resets: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -77,6 +90,8 @@ pub(super) struct AttemptRow {
     pub(super) asking: String,
     /// The reconciler's questions about it, in words.
     pub(super) questions: Vec<String>,
+    /// What it reserved of each budget and what it spent, in words.
+    pub(super) budget: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]

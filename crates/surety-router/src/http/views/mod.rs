@@ -109,6 +109,25 @@ pub struct AttemptView {
     /// while it was unknown, oldest first (in the attempts list).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reconciliation: Vec<QuestionView>,
+    /// What the attempt reserved of each of its job's budgets, and what it
+    /// spent once it ended (in the attempts list).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<ReservationView>,
+}
+
+/// What one attempt reserved of one budget.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReservationView {
+    pub budget: String,
+    /// `micros` (millionths of the budget's currency) or `tokens`.
+    #[schema(value_type = String, pattern = "^(micros|tokens)$")]
+    pub unit: String,
+    /// The attempt's worst case, held until it ended.
+    pub reserved: i64,
+    /// What it spent: none while held (the attempt open or unknown).
+    pub spent: Option<i64>,
+    pub reserved_at_ms: i64,
+    pub settled_at_ms: Option<i64>,
 }
 
 /// One question the reconciler asked a provider about an unknown attempt.
@@ -196,13 +215,19 @@ impl AttemptView {
             error: a.error.clone(),
             provider_response_id: a.provider_response_id.clone(),
             reconciliation: Vec::new(),
+            reservations: Vec::new(),
         }
     }
 }
 
 impl AttemptList {
-    /// The attempts, each with the questions asked about it.
-    pub fn of(attempts: &[Attempt], questions: &[surety_store::Question]) -> AttemptList {
+    /// The attempts, each with the questions asked about it and what it
+    /// reserved.
+    pub fn of(
+        attempts: &[Attempt],
+        questions: &[surety_store::Question],
+        reservations: &[surety_store::Reservation],
+    ) -> AttemptList {
         AttemptList {
             object: "list".to_owned(),
             data: attempts
@@ -216,6 +241,18 @@ impl AttemptList {
                             asked_by: q.asked_by.clone(),
                             outcome: q.outcome.clone(),
                             detail: q.detail.clone(),
+                        })
+                        .collect(),
+                    reservations: reservations
+                        .iter()
+                        .filter(|r| r.ordinal == a.ordinal)
+                        .map(|r| ReservationView {
+                            budget: r.budget.clone(),
+                            unit: r.unit.as_str().to_owned(),
+                            reserved: r.amount,
+                            spent: r.spent,
+                            reserved_at_ms: r.reserved_at_ms,
+                            settled_at_ms: r.settled_at_ms,
                         })
                         .collect(),
                     ..AttemptView::of(a)
