@@ -89,6 +89,11 @@ impl Sample {
         self.late.extend(other.late);
     }
 
+    /// Its rate, latencies and count, as the JSON has them.
+    fn json(&self) -> Value {
+        json!({"per_s": self.rate(), "p50_ms": self.pct(0.5), "p99_ms": self.pct(0.99), "n": self.count})
+    }
+
     fn rate(&self) -> f64 {
         self.count as f64 / self.elapsed.as_secs_f64()
     }
@@ -688,20 +693,9 @@ async fn shadow_cost(
         ("fake-c", &fakes[2]),
     ];
     let shadow = "[routes.language.shadow]\nsampling = 0.05\nhourly_budget = 100000000\n";
-    let log = router_log();
-    let mut routers = Vec::new();
-    let mut dbs = Vec::new();
-    for route in ["", shadow] {
-        let Some(db) = TestDb::new(engine).await else {
-            return Vec::new();
-        };
-        let dir = serve::workspace_routed(repo, &db.url, &providers, route, "");
-        routers.push((
-            RouterProcess::start_with(bin, dir.path(), &[], &log).await,
-            dir,
-        ));
-        dbs.push(db);
-    }
+    let Some((routers, _dbs)) = pair(bin, repo, engine, &providers, ["", shadow]).await else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     // Throughput where the router is the bottleneck (closed loops); the
     // p99 it adds where it is not (an open loop at 500 jobs/s).
@@ -730,8 +724,8 @@ async fn shadow_cost(
         );
         out.push(json!({
             "engine": name, "load": label,
-            "without_shadow": {"per_s": plain.rate(), "p50_ms": plain.pct(0.5), "p99_ms": plain.pct(0.99), "n": plain.count},
-            "with_shadow": {"per_s": shadowed.rate(), "p50_ms": shadowed.pct(0.5), "p99_ms": shadowed.pct(0.99), "n": jobs},
+            "without_shadow": plain.json(),
+            "with_shadow": shadowed.json(),
             "throughput_ratio": ratio,
             "p99_added_ms": added,
             "p99_spread_without_ms": spread,
@@ -742,6 +736,30 @@ async fn shadow_cost(
         router.kill().await;
     }
     out
+}
+
+/// Two routers of `providers`, each on a database of its own: the first
+/// with `routes[0]` after its route, the second with `routes[1]`.
+async fn pair(
+    bin: &Path,
+    repo: &Path,
+    engine: Engine,
+    providers: &[(&str, &FakeProvider)],
+    routes: [&str; 2],
+) -> Option<(Vec<(RouterProcess, tempfile::TempDir)>, Vec<TestDb>)> {
+    let log = router_log();
+    let mut routers = Vec::new();
+    let mut dbs = Vec::new();
+    for route in routes {
+        let db = TestDb::new(engine).await?;
+        let dir = serve::workspace_routed(repo, &db.url, providers, route, "");
+        routers.push((
+            RouterProcess::start_with(bin, dir.path(), &[], &log).await,
+            dir,
+        ));
+        dbs.push(db);
+    }
+    Some((routers, dbs))
 }
 
 /// `load` through the two routers (without and with what is measured),
@@ -783,20 +801,10 @@ async fn budgets_cost(
 ) -> Vec<Value> {
     let budgets = "[[budgets]]\nname = \"acme-day\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"day\"\n\
                    [[budgets]]\nname = \"acme-hour\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"rolling\"\nwindow_ms = 3600000\n";
-    let log = router_log();
-    let mut routers = Vec::new();
-    let mut dbs = Vec::new();
-    for route in ["", budgets] {
-        let Some(db) = TestDb::new(engine).await else {
-            return Vec::new();
-        };
-        let dir = serve::workspace_routed(repo, &db.url, &[("fake-a", fake)], route, "");
-        routers.push((
-            RouterProcess::start_with(bin, dir.path(), &[], &log).await,
-            dir,
-        ));
-        dbs.push(db);
-    }
+    let providers = [("fake-a", fake)];
+    let Some((routers, _dbs)) = pair(bin, repo, engine, &providers, ["", budgets]).await else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for (load_label, load) in [
         ("closed 16", Load::Closed(16)),
@@ -816,8 +824,8 @@ async fn budgets_cost(
         );
         out.push(json!({
             "engine": name, "load": label,
-            "without_budgets": {"per_s": plain.rate(), "p50_ms": plain.pct(0.5), "p99_ms": plain.pct(0.99), "n": plain.count},
-            "with_budgets": {"per_s": budgeted.rate(), "p50_ms": budgeted.pct(0.5), "p99_ms": budgeted.pct(0.99), "n": budgeted.count},
+            "without_budgets": plain.json(),
+            "with_budgets": budgeted.json(),
             "throughput_ratio": ratio,
             "p99_added_ms": added,
             "p99_spread_without_ms": spread,

@@ -751,6 +751,7 @@ pub async fn the_openapi_document_is_the_router(db: &TestDb) {
             "/metrics",
             "/openapi.json",
             "/readyz",
+            "/v1/budget",
             "/v1/chat/completions",
             "/v1/jobs",
             "/v1/jobs/{id}",

@@ -215,3 +215,117 @@ fn the_runtime_leaves_sqlites_writer_a_core_and_postgresql_none() {
     assert_eq!(workers(&sqlite), [1, 1, 7]);
     assert_eq!(workers(&postgres), [1, 2, 8]);
 }
+
+/// `GOOD` with `budgets` appended and `price` in the provider's table.
+fn budgeted(budgets: &str, price: &str) -> Result<RouterConfig, String> {
+    let text = GOOD.replace(
+        "context_window = 16000",
+        &format!("context_window = 16000\n{price}"),
+    );
+    RouterConfig::from_toml(&format!("{text}\n{budgets}")).map_err(|e| e.to_string())
+}
+
+#[test]
+fn budgets_are_read_with_their_units_and_periods() {
+    let config = budgeted(
+        "[[budgets]]\nname = \"day\"\nowner = \"acme\"\nlimit = 2.5\nunit = \"USD\"\nperiod = \"day\"\n\
+         [[budgets]]\nname = \"hour\"\nowner = \"acme\"\nlimit = 1000\nunit = \"tokens\"\nperiod = \"rolling\"\nwindow_ms = 3600000\nat_limit = \"record\"\n",
+        "price = { currency = \"USD\", input_per_million = 0.15, output_per_million = 0.6 }",
+    )
+    .unwrap();
+    assert_eq!(config.budgets[0].limit, 2_500_000);
+    assert_eq!(config.budgets[0].unit, BudgetUnit::Money("USD".into()));
+    assert_eq!(
+        config.budgets[1].period,
+        Period::Rolling(Duration::from_secs(3600))
+    );
+    assert_eq!(config.budgets[1].at_limit, AtLimit::Record);
+    let price = config.providers["fake"].price.clone().unwrap();
+    assert_eq!(
+        (
+            price.input_micros_per_million,
+            price.cached_input_micros_per_million
+        ),
+        (150_000, 150_000)
+    );
+}
+
+#[test]
+fn a_budget_that_cannot_be_kept_is_refused_naming_its_path() {
+    let price = "price = { currency = \"USD\", input_per_million = 1, output_per_million = 2 }";
+    let cases = [
+        // A currency some provider is not priced in.
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = 1\nunit = \"EUR\"\nperiod = \"day\"\n",
+            price,
+            "budgets[0].unit",
+        ),
+        // Money with a provider that has no price.
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = 1\nunit = \"USD\"\nperiod = \"day\"\n",
+            "",
+            "providers.fake.price",
+        ),
+        // An owner no key has.
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"nobody\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[0].owner",
+        ),
+        // A key no key is named.
+        (
+            "[[budgets]]\nname = \"b\"\nkey = \"nameless\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[0].key",
+        ),
+        // Both an owner and a key, a rolling window without its length,
+        // a window on a day, a negative limit, an unknown period, two of
+        // one name.
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nkey = \"k\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[0]",
+        ),
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"rolling\"\n",
+            "",
+            "budgets[0].window_ms",
+        ),
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\nwindow_ms = 100\n",
+            "",
+            "budgets[0].window_ms",
+        ),
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = -1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[0].limit",
+        ),
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"week\"\n",
+            "",
+            "budgets[0].period",
+        ),
+        (
+            "[[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n\
+             [[budgets]]\nname = \"b\"\nowner = \"acme\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[1].name",
+        ),
+        // A price that is not one.
+        (
+            "",
+            "price = { currency = \"usd\", input_per_million = 1, output_per_million = 2 }",
+            "providers.fake.price.currency",
+        ),
+        (
+            "",
+            "price = { currency = \"USD\", input_per_million = -1, output_per_million = 2 }",
+            "providers.fake.price.input_per_million",
+        ),
+    ];
+    for (budgets, price, path) in cases {
+        let refused = budgeted(budgets, price).unwrap_err();
+        assert!(refused.contains(&format!("`{path}`")), "{path}: {refused}");
+    }
+}
