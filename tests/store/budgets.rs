@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::json;
 use surety_core::IdempotencyKey;
 use surety_store::{
-    Answer, AttemptHandle, Charge, Cost, Created, NewJob, Outcome, OwnerId, Slot, StartAttempt,
-    Store, StoreError, Unit,
+    Answer, AttemptHandle, Charge, Cost, Created, NewJob, Outcome, OwnerId, Slot, Spend,
+    StartAttempt, Store, StoreError, Unit,
 };
 use surety_tests::{Engine, TestDb};
 
@@ -203,6 +203,7 @@ pub async fn an_unknown_attempt_holds_its_reservation_until_resolved(db: &TestDb
         .finish_attempt(
             &b,
             Outcome::Failed {
+                spend: Spend::Nothing,
                 error: "refused".to_owned(),
                 give_up: true,
             },
@@ -268,6 +269,7 @@ pub async fn a_failover_attempt_over_budget_is_not_started(db: &TestDb) {
         .finish_attempt(
             &a,
             Outcome::Failed {
+                spend: Spend::Nothing,
                 error: "5xx".to_owned(),
                 give_up: false,
             },
@@ -323,4 +325,87 @@ pub async fn spend_counts_in_its_period_and_outlives_pruning(db: &TestDb) {
         2
     );
     assert_eq!(store.budget("acme-day", 0).await.unwrap().spent, 1_000);
+}
+
+/// An answer that failed its checks was still billed: its reservation
+/// becomes the usage it reported, not nothing.
+pub async fn an_answer_that_failed_its_checks_spends_its_usage(db: &TestDb) {
+    let store = db.store().await;
+    let a = admit(&store, "a", vec![charge("acme-day", 600, 1_000)])
+        .await
+        .unwrap();
+    store
+        .finish_attempt(
+            &a,
+            Outcome::Failed {
+                error: "the answer breaks the contract".to_owned(),
+                give_up: true,
+                spend: Spend::Cost(Cost {
+                    micros: 0,
+                    tokens: 250,
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    let status = store.budget("acme-day", 0).await.unwrap();
+    assert_eq!((status.spent, status.held), (250, 0));
+}
+
+/// The router's own checks reserve of their budget by the attempts' rule:
+/// over the limit nothing is held; a hold counts against every other
+/// reservation; settling is once; a hold whose router is gone is settled
+/// to its worst case, and only once it is old.
+pub async fn a_checks_hold_is_reserved_and_settled_like_an_attempts(db: &TestDb) {
+    let store = db.store().await;
+    let budget = |amount| vec![charge("triage-checks", amount, 1_000)];
+    store
+        .hold_for_check("shadow-1", &budget(600))
+        .await
+        .unwrap();
+    let refused = store.hold_for_check("shadow-2", &budget(600)).await;
+    assert!(
+        matches!(&refused, Err(StoreError::OverBudget { budget, held: 600, .. }) if budget == "triage-checks"),
+        "{refused:?}"
+    );
+    // An attempt charged to the same budget sees the check's hold.
+    over_budget(admit(&store, "a", budget(500)).await, "triage-checks");
+    store
+        .settle_check(
+            "shadow-1",
+            Spend::Cost(Cost {
+                micros: 0,
+                tokens: 100,
+            }),
+        )
+        .await
+        .unwrap();
+    store
+        .settle_check("shadow-1", Spend::WorstCase)
+        .await
+        .unwrap();
+    let status = store.budget("triage-checks", 0).await.unwrap();
+    assert_eq!((status.spent, status.held), (100, 0));
+    // A hold left behind: not settled while young, its worst case once old.
+    store
+        .hold_for_check("shadow-3", &budget(300))
+        .await
+        .unwrap();
+    let young = store
+        .settle_stale_checks(Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(young, 0);
+    db.exec("UPDATE check_holds SET reserved_at_ms = reserved_at_ms - 7200000")
+        .await;
+    let old = store
+        .settle_stale_checks(Duration::from_secs(3600), 10)
+        .await
+        .unwrap();
+    assert_eq!(old, 1);
+    let status = store.budget("triage-checks", 0).await.unwrap();
+    assert_eq!((status.spent, status.held), (400, 0));
+    // Bad input changes nothing.
+    assert!(store.hold_for_check("", &budget(1)).await.is_err());
+    assert_eq!(store.budget("triage-checks", 0).await.unwrap().held, 0);
 }

@@ -49,6 +49,8 @@ mod budgets_per_engine {
         a_keys_budget_counts_inside_its_owners,
         a_failover_attempt_over_budget_is_not_started,
         spend_counts_in_its_period_and_outlives_pruning,
+        an_answer_that_failed_its_checks_spends_its_usage,
+        a_checks_hold_is_reserved_and_settled_like_an_attempts,
     );
 }
 

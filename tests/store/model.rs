@@ -519,6 +519,7 @@ impl Sut {
                 job,
                 attempt,
                 Outcome::Failed {
+                    spend: surety_store::Spend::Nothing,
                     error: "HTTP 400".into(),
                     give_up,
                 },

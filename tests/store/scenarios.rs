@@ -900,6 +900,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
             .finish_attempt(
                 &no_attempt,
                 Outcome::Failed {
+                    spend: surety_store::Spend::Nothing,
                     error: "x".into(),
                     give_up: false,
                 },
@@ -930,6 +931,7 @@ pub async fn bad_input_gets_typed_errors_and_changes_nothing(db: &TestDb) {
                 .finish_attempt(
                     &a,
                     Outcome::Failed {
+                        spend: surety_store::Spend::Nothing,
                         error: "x".into(),
                         give_up: true,
                     },
@@ -1029,6 +1031,7 @@ pub async fn a_failure_moves_on_or_gives_up(db: &TestDb) {
         .await
         .unwrap();
     let failed = Outcome::Failed {
+        spend: surety_store::Spend::Nothing,
         error: "HTTP 400: schema rejected".into(),
         give_up: false,
     };
@@ -1046,6 +1049,7 @@ pub async fn a_failure_moves_on_or_gives_up(db: &TestDb) {
         .await
         .unwrap();
     let gave_up = Outcome::Failed {
+        spend: surety_store::Spend::Nothing,
         error: "HTTP 429".into(),
         give_up: true,
     };
@@ -1289,6 +1293,7 @@ pub async fn retention_prunes_settled_jobs_in_batches_and_never_an_open_one(db: 
         .await
         .unwrap();
     let give_up = Outcome::Failed {
+        spend: surety_store::Spend::Nothing,
         error: "HTTP 400".into(),
         give_up: true,
     };
@@ -1387,6 +1392,7 @@ pub async fn the_attention_queue_lists_unknown_oldest_first_and_failed_newest_fi
     store.mark_unknown(&made[0].2, "no answer").await.unwrap();
     store.mark_unknown(&made[2].2, "no answer").await.unwrap();
     let gave_up = Outcome::Failed {
+        spend: surety_store::Spend::Nothing,
         error: "HTTP 400".into(),
         give_up: true,
     };
@@ -1587,6 +1593,7 @@ pub async fn a_job_is_cancelled_only_with_no_attempt_open(db: &TestDb) {
         .await
         .unwrap();
     let gave_up = Outcome::Failed {
+        spend: surety_store::Spend::Nothing,
         error: "HTTP 429".into(),
         give_up: true,
     };

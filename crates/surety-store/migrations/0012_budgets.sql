@@ -36,3 +36,19 @@ CREATE TABLE reservations (
 -- What a budget's open reservations hold, by attempt (the status read and
 -- what unknown attempts hold): the held ones only.
 CREATE INDEX reservations_held ON reservations (account) WHERE spent IS NULL;
+
+-- The router's own checks (shadow calls, re-checks) reserve of an operator
+-- budget by the same rule, each call by its own id, with no attempt row:
+-- held while the call is out, settled as it ends.
+CREATE TABLE check_holds (
+    id         TEXT   NOT NULL,
+    account    TEXT   NOT NULL REFERENCES budget_accounts (account),
+    unit       TEXT   NOT NULL CHECK (unit = 'micros' OR unit = 'tokens'),
+    amount     BIGINT NOT NULL CHECK (amount >= 0),
+    bucket_ms  BIGINT NOT NULL,
+    reserved_at_ms BIGINT NOT NULL,
+    spent      BIGINT CHECK (spent >= 0),
+    settled_at_ms BIGINT,
+    CHECK ((spent IS NULL) = (settled_at_ms IS NULL)),
+    PRIMARY KEY (id, account)
+);

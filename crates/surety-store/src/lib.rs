@@ -28,7 +28,8 @@ pub use error::{Outage, StoreError};
 pub use model::{
     Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Charge, Cost, Created, Demotion,
     Finish, Job, JobId, JobKind, Lift, LiveOutcome, LiveResult, LiveSource, LiveVerdict, NewJob,
-    Outcome, OwnerId, Question, Race, Reservation, Slot, StartAttempt, Trust, Unit, UnknownAttempt,
+    Outcome, OwnerId, Question, Race, Reservation, Slot, Spend, StartAttempt, Trust, Unit,
+    UnknownAttempt,
 };
 pub use store::{Backend, SqliteSync, Store, StoreOptions};
 

@@ -347,7 +347,28 @@ pub enum Outcome {
     Succeeded(Answer),
     /// A definite failure. With `give_up` the job becomes `failed` (no other
     /// provider is left); otherwise it waits, `queued`, for the next attempt.
-    Failed { error: String, give_up: bool },
+    ///
+    /// `spend` is what its reservations become: [`Spend::Nothing`] where
+    /// the provider said it did no work, the answer's usage where it
+    /// answered and the answer failed its checks (the tokens were billed).
+    Failed {
+        error: String,
+        give_up: bool,
+        spend: Spend,
+    },
+}
+
+/// What an ended attempt's (or a check's) reservations become spend of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spend {
+    /// A definite failure before any answer: the provider did no work to
+    /// bill.
+    Nothing,
+    /// What the provider reported it used.
+    Cost(Cost),
+    /// Not known (no usage said, or resolved by an operator): the worst
+    /// case reserved, since it may have been billed.
+    WorstCase,
 }
 
 /// An answer, and how the provider gave it.

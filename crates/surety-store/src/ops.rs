@@ -18,8 +18,8 @@ use surety_core::{
 use crate::conn::{Conn, Param, Val, Values};
 use crate::sql::{Returning, Sql};
 use crate::{
-    Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Charge, Cost, Created, Finish, Job,
-    JobId, JobKind, NewJob, OwnerId, Question, Race, Reservation, Slot, StoreError, Trust, Unit,
+    Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Charge, Created, Finish, Job, JobId,
+    JobKind, NewJob, OwnerId, Question, Race, Reservation, Slot, Spend, StoreError, Trust, Unit,
     UnknownAttempt,
 };
 
@@ -124,7 +124,13 @@ pub(crate) async fn create<C: Conn>(
                     .ok_or_else(|| first.refused("a new job already has an open attempt"))?;
                 let attempt = attempt_from(&row)?;
                 // Over a budget: the error undoes the job's insert too.
-                reserve(c, sql, &job.id, attempt.ordinal, &first.charges).await?;
+                reserve(
+                    c,
+                    sql,
+                    Holder::Attempt(&job.id, attempt.ordinal),
+                    &first.charges,
+                )
+                .await?;
                 Some(handle_from(&attempt, !first.charges.is_empty()))
             }
         };
@@ -374,16 +380,34 @@ fn handle_from(attempt: &Attempt, charged: bool) -> AttemptHandle {
     }
 }
 
-/// Reserves each charge of attempt `ordinal`, in the order of the budgets'
-/// names: the budget's row is locked (PostgreSQL) by the statement that
-/// opens it, so the guarded hold after it reads every spend committed
-/// before; over a limit, the error rolls back everything this transaction
-/// wrote (the attempt, and a new job with it).
-async fn reserve<C: Conn>(
+/// What holds a reservation: an attempt (its row written in the same
+/// transaction), or one of the router's own checks, by its id.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Holder<'a> {
+    Attempt(&'a JobId, i64),
+    Check(&'a str),
+}
+
+impl Holder<'_> {
+    /// The statement that records one of its reservations, and the
+    /// parameters before the account that name it.
+    fn keys(&self) -> Vec<Param<'_>> {
+        match self {
+            Holder::Attempt(job_id, ordinal) => vec![Text(&job_id.0), Int(*ordinal)],
+            Holder::Check(id) => vec![Text(id)],
+        }
+    }
+}
+
+/// Reserves each charge for `holder`, in the order of the budgets' names:
+/// the budget's row is locked (PostgreSQL) by the statement that opens it,
+/// so the guarded hold after it reads every spend committed before; over
+/// a limit, the error rolls back everything this transaction wrote (the
+/// attempt, and a new job with it).
+pub(crate) async fn reserve<C: Conn>(
     c: &mut C,
     sql: &Sql,
-    job_id: &JobId,
-    ordinal: i64,
+    holder: Holder<'_>,
     charges: &[Charge],
 ) -> Result<(), StoreError> {
     for charge in charges {
@@ -412,32 +436,19 @@ async fn reserve<C: Conn>(
                 oldest_bucket_ms: status.oldest_bucket_ms,
             });
         }
-        c.execute(
-            &sql.insert_reservation,
-            &[
-                Text(&job_id.0),
-                Int(ordinal),
-                budget,
-                Int(charge.amount),
-                Text(charge.unit.as_str()),
-                Int(charge.bucket_ms),
-            ],
-        )
-        .await?;
+        let (insert, mut params) = match holder {
+            Holder::Attempt(..) => (&sql.insert_reservation, holder.keys()),
+            Holder::Check(_) => (&sql.insert_check_hold, holder.keys()),
+        };
+        params.extend([
+            budget,
+            Int(charge.amount),
+            Text(charge.unit.as_str()),
+            Int(charge.bucket_ms),
+        ]);
+        c.execute(insert, &params).await?;
     }
     Ok(())
-}
-
-/// What an ended attempt's reservations become spend of.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Spend {
-    /// A definite failure: the provider did no work to bill.
-    Nothing,
-    /// What the provider reported it used.
-    Cost(Cost),
-    /// Not known (no usage said, or resolved by an operator): the worst
-    /// case reserved, since it may have been billed.
-    WorstCase,
 }
 
 impl Spend {
@@ -457,9 +468,41 @@ pub(crate) async fn settle_reservations<C: Conn>(
     ordinal: i64,
     spend: Spend,
 ) -> Result<(), StoreError> {
-    let held = c
-        .rows(&sql.select_held, &[Text(&job_id.0), Int(ordinal)])
+    settle_held(c, sql, Holder::Attempt(job_id, ordinal), spend).await
+}
+
+/// Settles the holds of checks older than `age_ms` (at most `most`) to
+/// their worst case: the router that took them is gone, and their calls
+/// may have been billed. The number of checks settled.
+pub(crate) async fn settle_stale_checks<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    age_ms: i64,
+    most: i64,
+) -> Result<u64, StoreError> {
+    let stale = c
+        .rows(&sql.select_stale_checks, &[Int(age_ms), Int(most)])
         .await?;
+    for row in &stale {
+        let id = col(row, 0, "id")?.text("id")?;
+        settle_held(c, sql, Holder::Check(&id), Spend::WorstCase).await?;
+    }
+    Ok(stale.len() as u64)
+}
+
+/// Settles what `holder` holds of each budget: its hold released, `spend`
+/// of it recorded in the bucket it reserved for, the reservation closed.
+pub(crate) async fn settle_held<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    holder: Holder<'_>,
+    spend: Spend,
+) -> Result<(), StoreError> {
+    let (select, close) = match holder {
+        Holder::Attempt(..) => (&sql.select_held, &sql.settle_reservation),
+        Holder::Check(_) => (&sql.select_check_held, &sql.settle_check_hold),
+    };
+    let held = c.rows(select, &holder.keys()).await?;
     for row in &held {
         let account = col(row, 0, "account")?.text("account")?;
         let unit = col(row, 1, "unit")?.text("unit")?;
@@ -478,11 +521,9 @@ pub(crate) async fn settle_reservations<C: Conn>(
             c.execute(&sql.add_spend, &[Text(&account), Int(bucket), Int(spent)])
                 .await?;
         }
-        c.execute(
-            &sql.settle_reservation,
-            &[Text(&job_id.0), Int(ordinal), Text(&account), Int(spent)],
-        )
-        .await?;
+        let mut params = holder.keys();
+        params.extend([Text(&account), Int(spent)]);
+        c.execute(close, &params).await?;
     }
     Ok(())
 }
@@ -591,7 +632,13 @@ pub(crate) async fn start_attempt<C: Conn>(
     };
     let attempt = attempt_from(&row)?;
     // Over a budget: the error undoes the attempt and the job's claim.
-    reserve(c, sql, job_id, attempt.ordinal, &start.charges).await?;
+    reserve(
+        c,
+        sql,
+        Holder::Attempt(job_id, attempt.ordinal),
+        &start.charges,
+    )
+    .await?;
     Ok(handle_from(&attempt, !start.charges.is_empty()))
 }
 
@@ -886,15 +933,15 @@ pub(crate) async fn fail<C: Conn>(
     c: &mut C,
     sql: &Sql,
     handle: &AttemptHandle,
-    error: &str,
-    give_up: bool,
+    (error, give_up): (&str, bool),
+    spend: Spend,
 ) -> Result<Finish, StoreError> {
     lock_job_unscoped(c, sql, &handle.job_id).await?;
     if !close_attempt(c, sql, handle, AttemptState::Failed, Some(error), None).await? {
         return Err(refused(c, sql, &handle.job_id, handle.ordinal, AttemptEvent::Failed).await);
     }
     if handle.charged {
-        settle_reservations(c, sql, &handle.job_id, handle.ordinal, Spend::Nothing).await?;
+        settle_reservations(c, sql, &handle.job_id, handle.ordinal, spend).await?;
     }
     let idle = match give_up {
         true => JobState::Failed,

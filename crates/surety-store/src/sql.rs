@@ -105,6 +105,16 @@ pub struct Sql {
     pub settle_reservation: String,
     /// Job `$1`'s reservations, by attempt and budget.
     pub select_reservations: String,
+    /// Check `$1`'s hold of `$3` (`$4` the unit) of budget `$2`, its spend
+    /// to go in bucket `$5`.
+    pub insert_check_hold: String,
+    /// Check `$1`'s holds still held, by budget.
+    pub select_check_held: String,
+    /// Check `$1`'s hold of budget `$2` settled at `$3`.
+    pub settle_check_hold: String,
+    /// The checks holding a reservation taken more than `$1` ms ago (their
+    /// router gone with them), at most `$2`.
+    pub select_stale_checks: String,
     /// Retention: deletes the oldest settled jobs past `$1` ms (at most
     /// `$2`) with their attempts and races. Run in order in one
     /// transaction; the last statement's count is the jobs deleted.
@@ -604,6 +614,22 @@ impl Sql {
             settle_reservation: fill(
                 "UPDATE reservations SET spent = $4, settled_at_ms = {now} \
                  WHERE job_id = $1 AND ordinal = $2 AND account = $3 AND spent IS NULL",
+            ),
+            insert_check_hold: fill(
+                "INSERT INTO check_holds (id, account, amount, unit, bucket_ms, reserved_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, {now})",
+            ),
+            select_check_held: fill(
+                "SELECT account, unit, amount, bucket_ms FROM check_holds \
+                 WHERE id = $1 AND spent IS NULL ORDER BY account",
+            ),
+            settle_check_hold: fill(
+                "UPDATE check_holds SET spent = $3, settled_at_ms = {now} \
+                 WHERE id = $1 AND account = $2 AND spent IS NULL",
+            ),
+            select_stale_checks: fill(
+                "SELECT DISTINCT id FROM check_holds \
+                 WHERE spent IS NULL AND reserved_at_ms < {now} - $1 ORDER BY id LIMIT $2",
             ),
             select_reservations: fill(
                 "SELECT ordinal, account, unit, amount, reserved_at_ms, spent, settled_at_ms \

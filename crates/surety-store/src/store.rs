@@ -21,9 +21,9 @@ use crate::trust;
 const MAX_RESPONSE_ID: usize = 255;
 
 use crate::{
-    Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Created, Demotion, Finish, Job,
-    JobId, Lift, LiveOutcome, LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Question, Race,
-    Reservation, Slot, StartAttempt, StoreError, UnknownAttempt,
+    Answer, Attempt, AttemptHandle, AttemptRef, BudgetStatus, Charge, Created, Demotion, Finish,
+    Job, JobId, Lift, LiveOutcome, LiveResult, LiveVerdict, NewJob, Outcome, OwnerId, Question,
+    Race, Reservation, Slot, Spend, StartAttempt, StoreError, UnknownAttempt,
 };
 
 /// The database engine behind a store.
@@ -112,7 +112,18 @@ impl StoreOptions {
 
 /// An attempt to start, validated.
 fn begin(start: &StartAttempt) -> Result<ops::Begin, StoreError> {
-    let mut charges = start.charges.clone();
+    Ok(ops::Begin {
+        slot: start.slot,
+        provider: start.provider.clone(),
+        lease: lease_ms(start.lease)?,
+        trust: start.trust.clone(),
+        charges: charges(&start.charges)?,
+    })
+}
+
+/// Charges, validated, in their lock order: by the budgets' names, each once.
+fn charges(charges: &[Charge]) -> Result<Vec<Charge>, StoreError> {
+    let mut charges = charges.to_vec();
     for charge in &charges {
         check_text("budget", &charge.budget)?;
         if charge.amount < 0 || charge.limit.is_some_and(|limit| limit < 0) {
@@ -133,13 +144,7 @@ fn begin(start: &StartAttempt) -> Result<ops::Begin, StoreError> {
             reason: format!("budget `{}` is charged twice", twice[0].budget),
         });
     }
-    Ok(ops::Begin {
-        slot: start.slot,
-        provider: start.provider.clone(),
-        lease: lease_ms(start.lease)?,
-        trust: start.trust.clone(),
-        charges,
-    })
+    Ok(charges)
 }
 
 /// The longest lease an attempt may take.
@@ -553,10 +558,18 @@ impl Store {
                     ))?,
                 }
             }
-            Outcome::Failed { error, give_up } => {
-                let (error, give_up) = (error.clone(), *give_up);
+            Outcome::Failed {
+                error,
+                give_up,
+                spend,
+            } => {
+                let (error, give_up, spend) = (error.clone(), *give_up, *spend);
                 let failed = on_engine!(self, write, |c, sql| ops::fail(
-                    c, sql, &owned, &error, give_up
+                    c,
+                    sql,
+                    &owned,
+                    (&error, give_up),
+                    spend
                 ))?;
                 (failed, None)
             }
@@ -638,6 +651,45 @@ impl Store {
             sql,
             &budget,
             counts_from_ms
+        ))
+    }
+
+    /// Reserves `charges` for one of the router's own checks (a shadow call,
+    /// a re-check), named `id`, by the rule an attempt's reservation keeps:
+    /// all of them in one transaction, or none
+    /// ([`StoreError::OverBudget`]).
+    pub async fn hold_for_check(&self, id: &str, charges: &[Charge]) -> Result<(), StoreError> {
+        check_text("check", id)?;
+        let (id, charges) = (id.to_owned(), self::charges(charges)?);
+        on_engine!(self, write, |c, sql| ops::reserve(
+            c,
+            sql,
+            ops::Holder::Check(&id),
+            &charges
+        ))
+    }
+
+    /// Settles what check `id` holds: to `spend`.
+    pub async fn settle_check(&self, id: &str, spend: Spend) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        on_engine!(self, write, |c, sql| ops::settle_held(
+            c,
+            sql,
+            ops::Holder::Check(&id),
+            spend
+        ))
+    }
+
+    /// Settles, to their worst case, the holds of checks taken more than
+    /// `age` ago and never settled (their router stopped or crashed with
+    /// the call out), at most `most` checks: the number settled.
+    pub async fn settle_stale_checks(&self, age: Duration, most: u32) -> Result<u64, StoreError> {
+        let age = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+        on_engine!(self, write, |c, sql| ops::settle_stale_checks(
+            c,
+            sql,
+            age,
+            i64::from(most)
         ))
     }
 

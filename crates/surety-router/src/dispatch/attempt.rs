@@ -13,7 +13,7 @@ use surety_providers::{
     CallContext, ChatRequest, ChatResponse, FailureClass, Message, Provider, ProviderError,
     ResponseIds,
 };
-use surety_store::{Answer, AttemptHandle, Finish, Outcome};
+use surety_store::{Answer, AttemptHandle, Finish, Outcome, Spend};
 
 use super::End;
 use crate::certification::{Drift, Eligible, ServedContract};
@@ -298,9 +298,19 @@ pub(super) async fn record(
     let metrics = &state.inner.metrics;
     let contract = &judge.served.contract;
     // `give_up` is settled below, once the outcome is known to be a failure.
-    let failed = |error: String| Outcome::Failed {
+    let failed = |error: String, spend: Spend| Outcome::Failed {
         error,
         give_up: false,
+        spend,
+    };
+    // What an answer cost, which its reservations become whatever becomes
+    // of it (the provider billed it).
+    let cost = |response: &ChatResponse| {
+        state
+            .inner
+            .providers
+            .get(&handle.provider)
+            .and_then(|p| crate::spend::cost(&p.config, &response.usage))
     };
     if let Ok(response) = &result {
         // Every answered call's tokens, whatever becomes of the answer.
@@ -342,18 +352,22 @@ pub(super) async fn record(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert(handle.provider.clone(), drift);
-            failed(format!(
-                "model drift: the answer came from model `{}`, but the certificate of `{}` for `{}` saw only {}",
-                response.model,
-                handle.provider,
-                contract.id,
-                judge
-                    .models
-                    .iter()
-                    .map(|m| format!("`{m}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+            let spend = cost(&response).map_or(Spend::WorstCase, Spend::Cost);
+            failed(
+                format!(
+                    "model drift: the answer came from model `{}`, but the certificate of `{}` for `{}` saw only {}",
+                    response.model,
+                    handle.provider,
+                    contract.id,
+                    judge
+                        .models
+                        .iter()
+                        .map(|m| format!("`{m}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                spend,
+            )
         }
         Ok(response) => {
             let checked = surety_exchange::check(contract, &judge.input, &response);
@@ -363,26 +377,26 @@ pub(super) async fn record(
                     completion: Some(completion(&response)),
                     response_id: response_id.clone(),
                     // What the job's budgets are settled to.
-                    cost: state
-                        .inner
-                        .providers
-                        .get(&handle.provider)
-                        .and_then(|p| crate::spend::cost(&p.config, &response.usage)),
+                    cost: cost(&response),
                 }),
                 (_, answer) => {
                     let what = match answer {
                         None => "gave no JSON answer",
                         Some(_) => "breaks the contract",
                     };
-                    failed(format!(
-                        "the answer {what} `{}`: {}",
-                        contract.id,
-                        checked.describe()
-                    ))
+                    let spend = cost(&response).map_or(Spend::WorstCase, Spend::Cost);
+                    failed(
+                        format!(
+                            "the answer {what} `{}`: {}",
+                            contract.id,
+                            checked.describe()
+                        ),
+                        spend,
+                    )
                 }
             }
         }
-        Err(e) if e.class() == FailureClass::Definite => failed(e.to_string()),
+        Err(e) if e.class() == FailureClass::Definite => failed(e.to_string(), Spend::Nothing),
         Err(e) => {
             mark_unknown(state, handle, &e.to_string()).await;
             return End::Unknown;

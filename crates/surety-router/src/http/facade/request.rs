@@ -129,17 +129,30 @@ pub(super) fn sampled_as_certified(
     value: &Value,
     contract: &surety_contracts::Contract,
 ) -> Result<(), OpenAiError> {
-    let (certified, why) = match name {
+    // The certified value as /openapi.json's `enum` has it (the f32 widened),
+    // or as it is written (`0.2`); nothing merely near it (a fuzzer's
+    // `-3e-65` is not the certified 0).
+    let (certified, written, why) = match name {
         "top_p" => (
+            1.0,
             1.0,
             "without nucleus sampling; send `top_p` 1 or none".to_owned(),
         ),
         _ => {
-            let t = f64::from(contract.sampling.temperature);
-            (t, format!("at temperature {t}; send that or none"))
+            let t = contract.sampling.temperature;
+            let written = t.to_string().parse::<f64>().unwrap_or(f64::from(t));
+            (
+                f64::from(t),
+                written,
+                format!("at temperature {t}; send that or none"),
+            )
         }
     };
-    match value.is_null() || value.as_f64().is_some_and(|v| (v - certified).abs() < 1e-9) {
+    match value.is_null()
+        || value
+            .as_f64()
+            .is_some_and(|v| v == certified || v == written)
+    {
         true => Ok(()),
         false => Err(OpenAiError::bad_request(
             "unsupported_parameter",
@@ -476,4 +489,32 @@ pub fn chat_messages(body: &Value) -> Result<Vec<Message>, OpenAiError> {
         return refuse("messages".into(), "`messages` is empty".into());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// The certified temperature as the document's `enum` says it, or as
+    /// written, and none, pass; a value merely near it (a fuzzer's
+    /// `-3e-65` against a certified 0) is refused.
+    #[test]
+    fn only_the_certified_temperature_passes() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../contracts/language-detect");
+        let contract = surety_contracts::Contract::load(&dir)?;
+        let t = contract.sampling.temperature;
+        let passes = |v: serde_json::Value| {
+            super::sampled_as_certified("temperature", &v, &contract).is_ok()
+        };
+        assert!(passes(json!(null)));
+        assert!(passes(json!(f64::from(t))));
+        assert!(passes(json!(t.to_string().parse::<f64>()?)));
+        assert!(!passes(json!(f64::from(t) + 1e-12)));
+        assert_eq!(t, 0.0, "language-detect is certified at temperature 0");
+        assert!(!passes(json!(-3.0914408737285937e-65)));
+        assert!(super::sampled_as_certified("top_p", &json!(1), &contract).is_ok());
+        assert!(super::sampled_as_certified("top_p", &json!(0.9999999999), &contract).is_err());
+        Ok(())
+    }
 }
