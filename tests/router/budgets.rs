@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider, Latency, Script, When};
 use surety_tests::{Engine, TestDb};
 
-use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect, manifest};
+use crate::harness::{ACME, ACME_ADMIN, GLOBEX, Router, detect, language_script, manifest, until};
 
 const ROUTE: &str = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\"]\n";
 const TEXT: &str = "Bonjour, je voudrais réserver une table pour deux ce soir.";
@@ -444,4 +444,115 @@ pub async fn the_sdks_read_an_over_budget_job_in_their_own_dialects(db: &TestDb)
     assert_eq!(fake.calls(), 0, "nothing reached the provider");
     // Each refusal was one request: no SDK retried it.
     assert_eq!(router.metric("surety_budget_refusals_total").await, 3.0);
+}
+
+const SHADOWED: &str = "[routes.language]\ncontract = \"language-detect\"\nproviders = [\"fake-a\", \"fake-b\"]\n\
+     [routes.language.shadow]\nsampling = 1.0\nhourly_budget = 100\n";
+
+/// A router shadowing every language job of fake-a at fake-b, with the
+/// route's checks budget of `limit` tokens and acme's own budget.
+async fn shadowed(db: &TestDb, limit: i64) -> (FakeProvider, FakeProvider, Router) {
+    let (a, b) = (
+        FakeProvider::start(language_script()).await.unwrap(),
+        FakeProvider::start(language_script()).await.unwrap(),
+    );
+    let budgets = format!(
+        "{}{}",
+        tokens("language-checks", "route = \"language\"", limit),
+        tokens("acme-day", "owner = \"acme\"", 1_000_000),
+    );
+    let router = Router::certifying(
+        db,
+        &[("fake-a", &a), ("fake-b", &b)],
+        &format!("{SHADOWED}{budgets}"),
+    )
+    .await;
+    (a, b, router)
+}
+
+/// What `provider`'s answered job attempts reported using, in tokens.
+fn used(router: &Router, provider: &str) -> i64 {
+    let tokens = &router.state.inner.metrics.tokens;
+    ["prompt", "completion"]
+        .iter()
+        .map(|kind| tokens.with_label_values(&[provider, kind]).get() as i64)
+        .sum()
+}
+
+/// Build 4: a route's live checks spend the route's own budget, by the
+/// attempts' reservation rule, and never the owner's: with no room the
+/// shadow call is not made (and counted); with room its hold is settled to
+/// the usage it reported, shown beside the live checks.
+pub async fn a_routes_live_checks_spend_its_own_budget_never_an_owners(db: &TestDb) {
+    // No room: the check is not asked.
+    let (a, b, router) = shadowed(db, 0).await;
+    let (status, _, job) = router
+        .create(ACME, "shadow-1", &detect(TEXT), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{status} {job}");
+    let skipped = &router.state.inner.metrics.live_budget_exhausted;
+    assert!(until(async || skipped.with_label_values(&["language"]).get() == 1).await);
+    assert_eq!(
+        (a.calls(), b.calls()),
+        (1, 0),
+        "no shadow call without its reservation"
+    );
+    let checks = router
+        .state
+        .inner
+        .store
+        .budget("language-checks", 0)
+        .await
+        .unwrap();
+    assert_eq!((checks.spent, checks.held), (0, 0));
+    let first = used(&router, "fake-a");
+    drop(router);
+
+    // Room: asked, and settled to what the call reported.
+    let (_a, b, router) = shadowed(db, 1_000_000).await;
+    let (_, _, job) = router
+        .create(ACME, "shadow-2", &detect(TEXT), Some(10))
+        .await;
+    assert_eq!(job["state"], "succeeded", "{job}");
+    let metrics = &router.state.inner.metrics;
+    let kept = || {
+        metrics
+            .live_checks
+            .with_label_values(&["fake-b", "language-detect", "shadow", "kept"])
+            .get()
+    };
+    assert!(until(async || kept() == 1).await, "the shadow call is made");
+    assert_eq!(b.calls(), 1);
+    let checks = router
+        .state
+        .inner
+        .store
+        .budget("language-checks", 0)
+        .await
+        .unwrap();
+    let spent_by_checks = metrics
+        .live_tokens
+        .with_label_values(&["fake-b", "language-detect"])
+        .get() as i64;
+    assert!(spent_by_checks > 0);
+    assert_eq!((checks.spent, checks.held), (spent_by_checks, 0));
+    // The owner paid for its jobs' attempts and nothing of the checks.
+    let owner = budget(&router, ACME, "acme-day").await;
+    assert_eq!(
+        owner["spent"].as_f64().unwrap() as i64,
+        first + used(&router, "fake-a"),
+        "{owner}"
+    );
+    // Beside the live checks, on the operator's page.
+    let session = crate::operator::admin_session(&router).await;
+    let (_, page) = crate::operator::page(
+        &router,
+        &session,
+        "/ui/certification/fake-b/language-detect",
+    )
+    .await;
+    let line = format!(
+        "checks budget `language-checks`: {spent_by_checks} tokens spent and 0 tokens held of 1000000 tokens"
+    );
+    assert!(page.contains(&line), "{line}: {page}");
 }

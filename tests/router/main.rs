@@ -54,6 +54,7 @@ mod budgets_per_engine {
         an_unknown_attempt_holds_its_reservation_until_its_late_result,
         a_keys_budget_spent_leaves_its_owners_other_keys_served,
         the_sdks_read_an_over_budget_job_in_their_own_dialects,
+        a_routes_live_checks_spend_its_own_budget_never_an_owners,
     );
 }
 

@@ -405,6 +405,50 @@ pub async fn a_checks_hold_is_reserved_and_settled_like_an_attempts(db: &TestDb)
     assert_eq!(old, 1);
     let status = store.budget("triage-checks", 0).await.unwrap();
     assert_eq!((status.spent, status.held), (400, 0));
+    // Settlers racing on one hold (its check's own, and other replicas'
+    // stale sweeps) release it once: a release per settler that read it
+    // open would free what others hold.
+    let store = Arc::new(store);
+    store
+        .hold_for_check("shadow-4", &budget(300))
+        .await
+        .unwrap();
+    store
+        .hold_for_check("shadow-5", &budget(200))
+        .await
+        .unwrap();
+    db.exec(
+        "UPDATE check_holds SET reserved_at_ms = reserved_at_ms - 7200000 WHERE id = 'shadow-4'",
+    )
+    .await;
+    let settlers: Vec<_> = (0..16)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    store.settle_check("shadow-4", Spend::WorstCase).await
+                } else {
+                    store
+                        .settle_stale_checks(Duration::from_secs(3600), 10)
+                        .await
+                        .map(|_| ())
+                }
+            })
+        })
+        .collect();
+    for settler in settlers {
+        settler.await.unwrap().unwrap();
+    }
+    let status = store.budget("triage-checks", 0).await.unwrap();
+    assert_eq!(
+        (status.spent, status.held),
+        (700, 200),
+        "shadow-5 still holds"
+    );
+    store
+        .settle_check("shadow-5", Spend::Nothing)
+        .await
+        .unwrap();
     // Bad input changes nothing.
     assert!(store.hold_for_check("", &budget(1)).await.is_err());
     assert_eq!(store.budget("triage-checks", 0).await.unwrap().held, 0);

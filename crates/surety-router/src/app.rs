@@ -94,6 +94,7 @@ impl AppState {
                         Err(e) => tracing::error!(error = %e, "reaper failed"),
                     }
                     state.reconcile();
+                    crate::live::settle_stale_checks(&state).await;
                 }
                 // Every tick, so each pass is short (at 500 jobs/s, four
                 // batches instead of sixteen back to back every 2 s).

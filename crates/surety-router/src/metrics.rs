@@ -12,7 +12,8 @@ pub struct Metrics {
     pub live_checks: IntCounterVec,
     /// Tokens the live checks spent, by provider and contract.
     pub live_tokens: IntCounterVec,
-    /// Live checks not made because the route's hourly budget was spent.
+    /// Live checks not made because the route's hourly budget was spent, or
+    /// its checks budget had no room for the check's worst case.
     pub live_budget_exhausted: IntCounterVec,
     /// The share of each route's hourly budget each provider spent this
     /// hour, on this replica (set as `/metrics` is read).
@@ -129,7 +130,7 @@ impl Metrics {
         )?;
         let live_budget_exhausted = counters(
             "surety_live_budget_exhausted_total",
-            "Live checks not made because the route's hourly budget was spent, by route",
+            "Live checks not made because the route's hourly budget was spent or its checks budget had no room, by route",
             &["route"],
         )?;
         let live_budget_share = GaugeVec::new(

@@ -115,6 +115,8 @@ impl Budget {
         match &self.payer {
             Payer::Owner(owner) => owner,
             Payer::Key(key) => spending.owners.get(key).map_or("", String::as_str),
+            // The operator's, which no owner's scope holds.
+            Payer::Checks(_) => "",
         }
     }
 
@@ -122,6 +124,7 @@ impl Budget {
         match &self.payer {
             Payer::Owner(owner) => format!("owner `{owner}`"),
             Payer::Key(key) => format!("key `{key}`"),
+            Payer::Checks(route) => format!("route `{route}`'s live checks"),
         }
     }
 }
@@ -168,7 +171,15 @@ impl Spending {
             Payer::Key(k) => {
                 Some(k.as_str()) == key && self.owners.get(k).map(String::as_str) == Some(owner)
             }
+            Payer::Checks(_) => false,
         })
+    }
+
+    /// The budgets the router's own checks of `route` count against.
+    pub fn of_checks<'a>(&'a self, route: &'a str) -> impl Iterator<Item = &'a Budget> {
+        self.budgets
+            .iter()
+            .filter(move |b| matches!(&b.payer, Payer::Checks(r) if r == route))
     }
 
     /// What an attempt reserved of a budget and what it spent, in words
@@ -203,22 +214,13 @@ impl Spending {
     /// What an attempt of worst case `worst` reserves of each of the job's
     /// budgets at `now_ms`.
     pub fn charges(&self, owner: &str, key: Option<&str>, worst: Cost, now_ms: i64) -> Vec<Charge> {
-        self.of(owner, key)
-            .map(|budget| {
-                let window = budget.window(now_ms);
-                Charge {
-                    budget: budget.name.clone(),
-                    unit: budget.store_unit(),
-                    amount: worst.of(budget.store_unit()),
-                    limit: match budget.at_limit {
-                        AtLimit::Refuse => Some(budget.limit),
-                        AtLimit::Record => None,
-                    },
-                    counts_from_ms: window.counts_from_ms,
-                    bucket_ms: window.bucket_ms,
-                }
-            })
-            .collect()
+        charges(self.of(owner, key), worst, now_ms)
+    }
+
+    /// What one of the router's checks of `route`, of worst case `worst`,
+    /// reserves of each of the route's checks budgets at `now_ms`.
+    pub fn check_charges(&self, route: &str, worst: Cost, now_ms: i64) -> Vec<Charge> {
+        charges(self.of_checks(route), worst, now_ms)
     }
 
     /// A refusal for being over a budget, in words: the budget, what is
@@ -265,6 +267,27 @@ impl Spending {
                 .map(|ms| u64::try_from((ms - now_ms).max(1000) / 1000).unwrap_or(1)),
         }
     }
+}
+
+/// What an attempt (or a check) of worst case `worst` reserves of each of
+/// `budgets` at `now_ms`.
+fn charges<'a>(budgets: impl Iterator<Item = &'a Budget>, worst: Cost, now_ms: i64) -> Vec<Charge> {
+    budgets
+        .map(|budget| {
+            let window = budget.window(now_ms);
+            Charge {
+                budget: budget.name.clone(),
+                unit: budget.store_unit(),
+                amount: worst.of(budget.store_unit()),
+                limit: match budget.at_limit {
+                    AtLimit::Refuse => Some(budget.limit),
+                    AtLimit::Record => None,
+                },
+                counts_from_ms: window.counts_from_ms,
+                bucket_ms: window.bucket_ms,
+            }
+        })
+        .collect()
 }
 
 /// What every text of a request to `provider` holds, for counting: each

@@ -515,15 +515,20 @@ pub(crate) async fn settle_held<C: Conn>(
             Spend::Cost(cost) => cost.of(unit).max(0),
             Spend::WorstCase => amount,
         };
+        // Closed first, by a guarded update whose changed row is checked:
+        // of two settlers that both read it open (a check's own and the
+        // stale sweep of another replica), one releases it.
+        let mut params = holder.keys();
+        params.extend([Text(&account), Int(spent)]);
+        if c.execute(close, &params).await? == 0 {
+            continue;
+        }
         c.execute(&sql.release_hold, &[Text(&account), Int(amount)])
             .await?;
         if spent > 0 {
             c.execute(&sql.add_spend, &[Text(&account), Int(bucket), Int(spent)])
                 .await?;
         }
-        let mut params = holder.keys();
-        params.extend([Text(&account), Int(spent)]);
-        c.execute(close, &params).await?;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
-use surety_config::ConfigError;
+use surety_config::{ConfigError, Route};
 use surety_providers::ProviderConfig;
 
 use super::ApiKey;
@@ -19,6 +19,9 @@ pub enum Payer {
     /// The jobs asked for with the key of this `name` (counted inside its
     /// owner's budgets too).
     Key(String),
+    /// The router's own checks of this route (shadow calls, re-checks):
+    /// an operator's budget, never an owner's.
+    Checks(String),
 }
 
 /// What a budget counts.
@@ -69,6 +72,7 @@ struct RawBudget {
     name: String,
     owner: Option<String>,
     key: Option<String>,
+    route: Option<String>,
     limit: f64,
     unit: String,
     period: String,
@@ -81,11 +85,13 @@ struct RawBudget {
 const MOST: f64 = 1e15;
 
 /// `[[budgets]]` as written, checked against the keys (a key budget names
-/// a key's `name`; an owner budget an owner some key has) and the
-/// providers (a money budget's currency is every provider's price's).
+/// a key's `name`; an owner budget an owner some key has), the routes (a
+/// checks budget names a route with live checks) and the providers (a
+/// money budget's currency is every provider's price's).
 pub(super) fn read(
     raw: Vec<toml::Table>,
     keys: &BTreeMap<String, ApiKey>,
+    routes: &BTreeMap<String, Route>,
     providers: &BTreeMap<String, ProviderConfig>,
 ) -> Result<Vec<Budget>, ConfigError> {
     let mut budgets: Vec<Budget> = Vec::new();
@@ -108,27 +114,43 @@ pub(super) fn read(
         if budgets.iter().any(|b| b.name == raw.name) {
             return Err(ConfigError::at(at("name"), "two budgets have this name"));
         }
-        let payer = match (raw.owner, raw.key) {
-            (Some(owner), None) if keys.values().any(|k| k.owner == owner) => Payer::Owner(owner),
-            (Some(owner), None) => {
+        let payer = match (raw.owner, raw.key, raw.route) {
+            (Some(owner), None, None) if keys.values().any(|k| k.owner == owner) => {
+                Payer::Owner(owner)
+            }
+            (Some(owner), None, None) => {
                 return Err(ConfigError::at(
                     at("owner"),
                     format!("no API key has owner `{owner}`"),
                 ));
             }
-            (None, Some(key)) if keys.values().any(|k| k.name.as_deref() == Some(&key)) => {
+            (None, Some(key), None) if keys.values().any(|k| k.name.as_deref() == Some(&key)) => {
                 Payer::Key(key)
             }
-            (None, Some(key)) => {
+            (None, Some(key), None) => {
                 return Err(ConfigError::at(
                     at("key"),
                     format!("no API key has `name = \"{key}\"`"),
                 ));
             }
+            (None, None, Some(route)) => match routes.get(&route) {
+                Some(r) if r.shadow.is_some() => Payer::Checks(route),
+                Some(_) => {
+                    return Err(ConfigError::at(
+                        at("route"),
+                        format!(
+                            "route `{route}` has no live checks to pay for (no `[routes.{route}.shadow]`)"
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(ConfigError::at(at("route"), format!("no route `{route}`")));
+                }
+            },
             _ => {
                 return Err(ConfigError::at(
                     format!("budgets[{i}]"),
-                    "give `owner` (every job of the owner) or `key` (an API key's `name`), one of the two",
+                    "give `owner` (every job of the owner), `key` (an API key's `name`) or `route` (a route's live checks), one of the three",
                 ));
             }
         };

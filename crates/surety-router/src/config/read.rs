@@ -268,7 +268,7 @@ impl RouterConfig {
                 ));
             }
         }
-        let budgets = super::budgets::read(file.budgets, &api_keys, &file.providers)?;
+        let budgets = super::budgets::read(file.budgets, &api_keys, &file.routes, &file.providers)?;
         let (providers, routes) = (file.providers, file.routes);
         let attempt_timeout = ms(
             "server.attempt_timeout_ms",

@@ -251,6 +251,17 @@ fn budgets_are_read_with_their_units_and_periods() {
 }
 
 #[test]
+fn a_routes_checks_budget_pays_for_its_live_checks() {
+    let config = budgeted(
+        "[routes.language.shadow]\nsampling = 0.5\nhourly_budget = 100\n\
+         [[budgets]]\nname = \"checks\"\nroute = \"language\"\nlimit = 500\nunit = \"tokens\"\nperiod = \"day\"\n",
+        "",
+    )
+    .unwrap();
+    assert_eq!(config.budgets[0].payer, Payer::Checks("language".into()));
+}
+
+#[test]
 fn a_budget_that_cannot_be_kept_is_refused_naming_its_path() {
     let price = "price = { currency = \"USD\", input_per_million = 1, output_per_million = 2 }";
     let cases = [
@@ -277,6 +288,22 @@ fn a_budget_that_cannot_be_kept_is_refused_naming_its_path() {
             "[[budgets]]\nname = \"b\"\nkey = \"nameless\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
             "",
             "budgets[0].key",
+        ),
+        // A route that does not exist, and one with no live checks to pay for.
+        (
+            "[[budgets]]\nname = \"b\"\nroute = \"nowhere\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[0].route",
+        ),
+        (
+            "[[budgets]]\nname = \"b\"\nroute = \"language\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[0].route",
+        ),
+        (
+            "[[budgets]]\nname = \"b\"\nroute = \"language\"\nowner = \"acme\"\nlimit = 1\nunit = \"tokens\"\nperiod = \"day\"\n",
+            "",
+            "budgets[0]",
         ),
         // Both an owner and a key, a rolling window without its length,
         // a window on a day, a negative limit, an unknown period, two of

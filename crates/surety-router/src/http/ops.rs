@@ -66,6 +66,7 @@ async fn budget_list(
             counts: match budget.payer {
                 crate::config::Payer::Owner(_) => "owner",
                 crate::config::Payer::Key(_) => "key",
+                crate::config::Payer::Checks(_) => "route-checks",
             },
             unit: match &budget.unit {
                 crate::config::BudgetUnit::Money(currency) => currency.clone(),

@@ -19,8 +19,8 @@ use std::time::Duration;
 use serde_json::Value;
 use surety_config::{Route, Shadow};
 use surety_contracts::{Judged, Seen};
-use surety_providers::{CallContext, Message};
-use surety_store::{JobId, LiveOutcome, LiveResult, LiveSource};
+use surety_providers::{CallContext, FailureClass, Message};
+use surety_store::{JobId, LiveOutcome, LiveResult, LiveSource, Spend};
 use tracing::Instrument;
 
 use crate::certification::ServedContract;
@@ -83,15 +83,18 @@ async fn shadow_job(state: &AppState, shadow: &Shadow, job: Succeeded) {
             return;
         };
         let key = format!("surety-shadow-{}-{provider}", job.job_id);
-        let (outcome, detail, answer) = ask(
+        let Some((outcome, detail, answer)) = ask(
             state,
-            &job.served,
+            (&job.route.id, &job.served),
             (&job.input, &job.messages),
             Some(&job.answer),
             (&provider, &key),
             shadow.timeout,
         )
-        .await;
+        .await
+        else {
+            return;
+        };
         let result = LiveResult {
             provider: provider.clone(),
             contract: job.served.contract.id.clone(),
@@ -133,22 +136,26 @@ fn take_budget(
 /// Sends `messages` as the contract's certified request to `provider` and
 /// judges its answer by the harness's check and, given the job's answer
 /// (`agree_with`), on the agreement pointers: what was seen, in words, and
-/// the answer.
+/// the answer. Where the route's checks have a budget, the call's worst
+/// case is reserved of it first and settled to what the call cost; with no
+/// room left (or no reservation to be had) nothing is asked: `None`,
+/// counted.
 async fn ask(
     state: &AppState,
-    served: &ServedContract,
+    (route, served): (&str, &ServedContract),
     (input, messages): (&Value, &[Message]),
     agree_with: Option<&Value>,
     (provider, key): (&str, &str),
     timeout: Duration,
-) -> (LiveOutcome, String, Option<Value>) {
+) -> Option<(LiveOutcome, String, Option<Value>)> {
     let Some(adapter) = state.inner.providers.get(provider) else {
-        return (
+        return Some((
             LiveOutcome::Failed,
             format!("no provider `{provider}`"),
             None,
-        );
+        ));
     };
+    let hold = hold(state, route, adapter, served, messages, key).await?;
     let contract = &served.contract;
     let request =
         surety_exchange::request(contract, messages.to_vec(), adapter.adapter.capabilities());
@@ -157,13 +164,27 @@ async fn ask(
         ids: surety_providers::ResponseIds::default(),
     };
     let metrics = &state.inner.metrics;
-    let response = match tokio::time::timeout(timeout, adapter.adapter.chat(&request, &call)).await
-    {
+    let called = tokio::time::timeout(timeout, adapter.adapter.chat(&request, &call)).await;
+    if let Some(id) = &hold {
+        // What the call cost: nothing where the provider said it did no
+        // work, its usage where it answered, its worst case where no one
+        // knows (it may have been billed).
+        let spend = match &called {
+            Ok(Ok(response)) => crate::spend::cost(&adapter.config, &response.usage)
+                .map_or(Spend::WorstCase, Spend::Cost),
+            Ok(Err(e)) if e.class() == FailureClass::Definite => Spend::Nothing,
+            Ok(Err(_)) | Err(_) => Spend::WorstCase,
+        };
+        if let Err(e) = state.inner.store.settle_check(id, spend).await {
+            tracing::warn!(check = %id, error = %e, "a live check's reservation is not settled: it is settled to its worst case once stale");
+        }
+    }
+    let response = match called {
         Err(_) => {
             let words = format!("no answer within {} ms", timeout.as_millis());
-            return (LiveOutcome::Failed, words, None);
+            return Some((LiveOutcome::Failed, words, None));
         }
-        Ok(Err(e)) => return (LiveOutcome::Failed, e.to_string(), None),
+        Ok(Err(e)) => return Some((LiveOutcome::Failed, e.to_string(), None)),
         Ok(Ok(response)) => response,
     };
     let tokens = response.usage.prompt_tokens + response.usage.completion_tokens;
@@ -174,15 +195,81 @@ async fn ask(
     let checked = surety_exchange::check(contract, input, &response);
     let answer = checked.answer.clone();
     if !checked.passed() {
-        return (LiveOutcome::Broke, checked.describe(), answer);
+        return Some((LiveOutcome::Broke, checked.describe(), answer));
     }
     let disagreement = answer
         .as_ref()
         .zip(agree_with)
         .and_then(|(a, job)| contract.live.disagreement(job, a));
-    match disagreement {
+    Some(match disagreement {
         Some(words) => (LiveOutcome::Disagreed, words, answer),
         None => (LiveOutcome::Kept, "kept the contract".to_owned(), answer),
+    })
+}
+
+/// Reserves a check's worst case at `provider` of `route`'s checks
+/// budgets, by a hold of its own (`key` and a nonce: a re-check's key
+/// repeats): `Some(None)` where the route's checks have no budget,
+/// `Some(Some(id))` held, `None` when there is no room (or no
+/// reservation to be had), counted.
+async fn hold(
+    state: &AppState,
+    route: &str,
+    provider: &crate::certification::ServedProvider,
+    served: &ServedContract,
+    messages: &[Message],
+    key: &str,
+) -> Option<Option<String>> {
+    let spending = &state.inner.spending;
+    if spending.of_checks(route).next().is_none() {
+        return Some(None);
+    }
+    let worst = crate::spend::worst_case(provider, served, messages).await;
+    let charges = spending.check_charges(route, worst, crate::spend::now_ms());
+    let id = format!("{key}#{:016x}", rand::random::<u64>());
+    match state.inner.store.hold_for_check(&id, &charges).await {
+        Ok(()) => Some(Some(id)),
+        Err(e) => {
+            state
+                .inner
+                .metrics
+                .live_budget_exhausted
+                .with_label_values(&[route])
+                .inc();
+            let refusal = state.inner.refused(&e, "", None);
+            tracing::info!(%route, provider = %provider.config.id, detail = %refusal.detail, "live check not asked: no reservation of its budget");
+            None
+        }
+    }
+}
+
+/// Settles, to their worst case, the holds of checks whose router is gone:
+/// those unsettled for twice the longest check's timeout and a minute more.
+pub async fn settle_stale_checks(state: &AppState) {
+    if !state
+        .inner
+        .spending
+        .budgets
+        .iter()
+        .any(|b| matches!(b.payer, crate::config::Payer::Checks(_)))
+    {
+        return;
+    }
+    let longest = state
+        .inner
+        .routes
+        .values()
+        .filter_map(|r| r.shadow.as_ref().map(|s| s.timeout))
+        .max()
+        .unwrap_or_default();
+    let age = longest.saturating_mul(2) + Duration::from_secs(60);
+    match state.inner.store.settle_stale_checks(age, 100).await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            count = n,
+            "live checks' holds left by a router that stopped settled to their worst case"
+        ),
+        Err(e) => tracing::warn!(error = %e, "stale live checks' holds cannot be settled"),
     }
 }
 
@@ -250,15 +337,18 @@ async fn recheck(
     };
     let messages = surety_exchange::messages(&rendered);
     let key = format!("surety-recheck-{}-{provider}-{}", route.id, case.name);
-    let (mut outcome, mut detail, answer) = ask(
+    let Some((mut outcome, mut detail, answer)) = ask(
         state,
-        served,
+        (&route.id, served),
         (&case.input, &messages),
         None,
         (provider, &key),
         timeout,
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     if outcome == LiveOutcome::Kept
         && let Some(answer) = &answer
     {

@@ -525,7 +525,31 @@ pub(super) async fn live_page(
                 cost(&state, &r.id, provider, contract)
             )
         })
-        .collect();
+        .collect::<Vec<String>>();
+    // What they spent of each route's checks budget, beside it.
+    let mut costs = costs;
+    for (budget, status, resets) in state.inner.spending.rows(&state.inner.store, None).await {
+        let crate::config::Payer::Checks(route) = &budget.payer else {
+            continue;
+        };
+        let ours =
+            state.inner.routes.get(route).is_some_and(|r| {
+                r.contract == *contract && r.providers.iter().any(|p| p == provider)
+            });
+        if ours {
+            costs.push(format!(
+                "route {route}'s checks budget `{}`: {} spent and {} held of {}; {}",
+                budget.name,
+                budget.say(status.spent),
+                budget.say(status.held),
+                budget.say(budget.limit),
+                resets.map_or_else(
+                    || "a total: it never resets".to_owned(),
+                    |ms| format!("it resets {}", when(ms))
+                ),
+            ));
+        }
+    }
     let results = window
         .iter()
         .map(|r| LiveRow {
