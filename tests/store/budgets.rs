@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use surety_core::IdempotencyKey;
 use surety_store::{
-    Answer, AttemptHandle, Charge, Cost, Created, NewJob, Outcome, OwnerId, Slot, Spend,
+    Answer, AttemptHandle, Charge, Cost, Created, Finish, NewJob, Outcome, OwnerId, Slot, Spend,
     StartAttempt, Store, StoreError, Unit,
 };
 use surety_tests::{Engine, TestDb};
@@ -152,6 +152,55 @@ pub async fn two_hundred_at_once_admit_exactly_ten(db: &TestDb) {
 }
 
 /// An answer that used less than its worst case frees the rest at once: a
+/// A crowd that fits, with keys sent twice at once: each new attempt
+/// reserves of both its budgets once (PostgreSQL takes such a crowd in
+/// batches, their reservations held together), a replay reserves nothing,
+/// and their answers, settled together, spend what each cost and free the
+/// rest.
+pub async fn a_crowd_that_fits_is_reserved_and_settled_once_each(db: &TestDb) {
+    let store = db.store().await;
+    let charges = || {
+        vec![
+            charge("acme-day", 10, 100_000),
+            charge("acme-hour", 5, 100_000),
+        ]
+    };
+    let barrier = Arc::new(tokio::sync::Barrier::new(96));
+    let mut crowd = tokio::task::JoinSet::new();
+    for n in 0..96 {
+        let (store, barrier, charges) = (store.clone(), barrier.clone(), charges());
+        crowd.spawn(async move {
+            barrier.wait().await;
+            store
+                .create_and_start(&job("acme", &format!("crowd-{}", n % 80)), &start(charges))
+                .await
+        });
+    }
+    let mut admitted = Vec::new();
+    while let Some(created) = crowd.join_next().await {
+        if let (Created::New(_), Some(handle)) = created.unwrap().unwrap() {
+            admitted.push(handle);
+        }
+    }
+    assert_eq!(admitted.len(), 80, "one job per key");
+    for (budget, each) in [("acme-day", 10), ("acme-hour", 5)] {
+        let status = store.budget(budget, 0).await.unwrap();
+        assert_eq!((status.held, status.spent), (80 * each, 0), "{budget}");
+    }
+    let mut answers = tokio::task::JoinSet::new();
+    for handle in admitted {
+        let store = store.clone();
+        answers.spawn(async move { store.finish_attempt_settled(&handle, answer(3)).await });
+    }
+    while let Some(finished) = answers.join_next().await {
+        assert!(matches!(finished.unwrap().unwrap().0, Finish::Won(_)));
+    }
+    for budget in ["acme-day", "acme-hour"] {
+        let status = store.budget(budget, 0).await.unwrap();
+        assert_eq!((status.held, status.spent), (0, 80 * 3), "{budget}");
+    }
+}
+
 /// job refused before the settlement is admitted after it.
 pub async fn an_answer_settles_to_its_usage_and_frees_the_rest(db: &TestDb) {
     let store = db.store().await;

@@ -9,6 +9,8 @@
 //! the budgets its attempts reserve from or settle, in the order of their
 //! names, so two transactions never wait on each other in a cycle.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 use surety_core::{
     AttemptEvent, AttemptState, Fingerprint, JobEvent, JobState, TransitionError, attempt_after,
@@ -451,8 +453,126 @@ pub(crate) async fn reserve<C: Conn>(
     Ok(())
 }
 
+/// Reserves the charges of a batch's new attempts (`held`: each one's job
+/// id, ordinal and charges) by one guarded update per budget, in name
+/// order, of their sum, and records every reservation in one statement
+/// (PostgreSQL). `Ok(false)`: some budget had no room for the whole batch;
+/// the caller rolls it back, and each job is then reserved alone, so which
+/// of them fit is decided one by one as ever.
+pub(crate) async fn reserve_many<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    held: &[(&JobId, i64, &[Charge])],
+) -> Result<bool, StoreError> {
+    let insert = sql
+        .insert_reservations
+        .as_deref()
+        .ok_or_else(|| StoreError::Corrupt("this engine reserves no batch".to_owned()))?;
+    // Per budget: the batch's sum, its limit, and the earliest bucket any
+    // of them counts from (counting more spend only ever refuses more).
+    let mut sums: BTreeMap<&str, (i64, i64, i64)> = Default::default();
+    for charge in held.iter().flat_map(|(_, _, charges)| charges.iter()) {
+        let limit = charge.limit.unwrap_or(-1);
+        let sum = sums
+            .entry(charge.budget.as_str())
+            .or_insert((0, limit, charge.counts_from_ms));
+        sum.0 = sum.0.saturating_add(charge.amount);
+        sum.2 = sum.2.min(charge.counts_from_ms);
+    }
+    for (budget, (amount, limit, counts_from)) in &sums {
+        c.execute(&sql.open_budget, &[Text(budget)]).await?;
+        let changed = c
+            .execute(
+                &sql.hold_budget,
+                &[Text(budget), Int(*amount), Int(*limit), Int(*counts_from)],
+            )
+            .await?;
+        if changed != 1 {
+            return Ok(false);
+        }
+    }
+    let each = || {
+        held.iter()
+            .flat_map(|(id, ordinal, charges)| charges.iter().map(move |c| (*id, *ordinal, c)))
+    };
+    let ids: Vec<&str> = each().map(|(id, _, _)| id.0.as_str()).collect();
+    let ordinals: Vec<i64> = each().map(|(_, ordinal, _)| ordinal).collect();
+    let budgets: Vec<&str> = each().map(|(_, _, c)| c.budget.as_str()).collect();
+    let amounts: Vec<i64> = each().map(|(_, _, c)| c.amount).collect();
+    let units: Vec<&str> = each().map(|(_, _, c)| c.unit.as_str()).collect();
+    let buckets: Vec<i64> = each().map(|(_, _, c)| c.bucket_ms).collect();
+    let params = [
+        Param::Texts(&ids),
+        Param::Ints(&ordinals),
+        Param::Texts(&budgets),
+        Param::Ints(&amounts),
+        Param::Texts(&units),
+        Param::Ints(&buckets),
+    ];
+    c.execute(insert, &params).await?;
+    Ok(true)
+}
+
+/// Settles the reservations still held of a batch's attempts that ended
+/// (`ended`: each one's job id, ordinal and what it spent), as
+/// [`settle_reservations`] does each alone: one guarded statement closes
+/// them, and each budget, in name order, holds what they held less and
+/// has what they cost spent, in the buckets they reserved in
+/// (PostgreSQL).
+pub(crate) async fn settle_many<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    ended: &[(&JobId, i64, Spend)],
+) -> Result<(), StoreError> {
+    if ended.is_empty() {
+        return Ok(());
+    }
+    let statement = sql
+        .settle_reservations
+        .as_deref()
+        .ok_or_else(|| StoreError::Corrupt("this engine settles no batch".to_owned()))?;
+    let ids: Vec<&str> = ended.iter().map(|(id, _, _)| id.0.as_str()).collect();
+    let ordinals: Vec<i64> = ended.iter().map(|(_, ordinal, _)| *ordinal).collect();
+    let cost = |spend: &Spend| match spend {
+        Spend::Nothing => (0, 0),
+        Spend::Cost(cost) => (cost.micros.max(0), cost.tokens.max(0)),
+        Spend::WorstCase => (-1, -1),
+    };
+    let micros: Vec<i64> = ended.iter().map(|(_, _, s)| cost(s).0).collect();
+    let tokens: Vec<i64> = ended.iter().map(|(_, _, s)| cost(s).1).collect();
+    let params = [
+        Param::Texts(&ids),
+        Param::Ints(&ordinals),
+        Param::Ints(&micros),
+        Param::Ints(&tokens),
+    ];
+    let closed = c.rows(statement, &params).await?;
+    // Per budget: what it held less; per budget and bucket: what it spent.
+    let mut held: BTreeMap<String, (i64, BTreeMap<i64, i64>)> = Default::default();
+    for row in &closed {
+        let account = col(row, 0, "account")?.text("account")?;
+        let amount = col(row, 1, "amount")?.int("amount")?;
+        let spent = col(row, 2, "spent")?.int("spent")?;
+        let bucket = col(row, 3, "bucket_ms")?.int("bucket_ms")?;
+        let budget = held.entry(account).or_default();
+        budget.0 += amount;
+        *budget.1.entry(bucket).or_default() += spent;
+    }
+    for (account, (amount, buckets)) in &held {
+        c.execute(&sql.release_hold, &[Text(account), Int(*amount)])
+            .await?;
+        for (bucket, spent) in buckets {
+            if *spent > 0 {
+                c.execute(&sql.add_spend, &[Text(account), Int(*bucket), Int(*spent)])
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Spend {
-    fn of_answer(answer: &Answer) -> Spend {
+    pub(crate) fn of_answer(answer: &Answer) -> Spend {
         answer.cost.map_or(Spend::WorstCase, Spend::Cost)
     }
 }

@@ -105,6 +105,16 @@ pub struct Sql {
     pub settle_reservation: String,
     /// Job `$1`'s reservations, by attempt and budget.
     pub select_reservations: String,
+    /// A batch's reservations (arrays: job ids, ordinals, budgets, amounts,
+    /// units, buckets), in one statement, where the engine can
+    /// (PostgreSQL).
+    pub insert_reservations: Option<String>,
+    /// Settles a batch's attempts' reservations still held (arrays: job
+    /// ids, ordinals, and what each cost in micros and in tokens, both
+    /// negative for its worst case), in one guarded statement, where the
+    /// engine can (PostgreSQL): a row (budget, amount held, spent, bucket)
+    /// for each reservation it closed, none for one closed already.
+    pub settle_reservations: Option<String>,
     /// Check `$1`'s hold of `$3` (`$4` the unit) of budget `$2`, its spend
     /// to go in bucket `$5`.
     pub insert_check_hold: String,
@@ -631,6 +641,26 @@ impl Sql {
                 "SELECT DISTINCT id FROM check_holds \
                  WHERE spent IS NULL AND reserved_at_ms < {now} - $1 ORDER BY id LIMIT $2",
             ),
+            insert_reservations: (backend == Backend::Postgres).then(|| {
+                fill(
+                    "INSERT INTO reservations \
+                         (job_id, ordinal, account, amount, unit, bucket_ms, reserved_at_ms) \
+                     SELECT job_id, ordinal, account, amount, unit, bucket_ms, {now} \
+                     FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], \
+                         $6::int8[]) AS i(job_id, ordinal, account, amount, unit, bucket_ms)",
+                )
+            }),
+            settle_reservations: (backend == Backend::Postgres).then(|| {
+                fill(
+                    "UPDATE reservations AS r SET settled_at_ms = {now}, spent = CASE \
+                         WHEN i.tokens < 0 THEN r.amount \
+                         WHEN r.unit = 'tokens' THEN i.tokens ELSE i.micros END \
+                     FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[]) \
+                         AS i(job_id, ordinal, micros, tokens) \
+                     WHERE r.job_id = i.job_id AND r.ordinal = i.ordinal AND r.spent IS NULL \
+                     RETURNING r.account, r.amount, r.spent, r.bucket_ms",
+                )
+            }),
             select_reservations: fill(
                 "SELECT ordinal, account, unit, amount, reserved_at_ms, spent, settled_at_ms \
                  FROM reservations WHERE job_id = $1 ORDER BY ordinal, account",

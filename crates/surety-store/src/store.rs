@@ -205,11 +205,16 @@ fn started(out: Started) -> Started {
 
 /// New jobs with their first attempts, in one statement; each alone when
 /// that statement failed (writing nothing) on what may be one job's fault.
+/// Where any reserves of a budget, the batch is one transaction with its
+/// reservations ([`charged_batch`]).
 pub(crate) async fn create_batch(
     pool: PgPool,
     sql: Arc<Sql>,
     inserts: Vec<Insert>,
 ) -> Vec<Result<Started, StoreError>> {
+    if inserts.iter().any(charged) {
+        return charged_batch(&pool, &sql, &inserts).await;
+    }
     let mut conn = match pool.acquire().await {
         Ok(conn) => conn,
         Err(e) => return batch::none_ran(&e.into(), inserts.len()),
@@ -229,6 +234,85 @@ pub(crate) async fn create_batch(
     answers
 }
 
+/// Whether an insert's first attempt reserves of a budget.
+fn charged(insert: &Insert) -> bool {
+    insert.first.as_ref().is_some_and(|f| !f.charges.is_empty())
+}
+
+/// New jobs of which some reserve, in one transaction: the batch's
+/// statement, then the sum of its new attempts' charges held of each
+/// budget by one guarded update ([`ops::reserve_many`]), then committed.
+/// Where a budget has no room for the whole batch, or the statement
+/// failed, nothing of it stands, and each job is created alone in a
+/// transaction of its own: which of them fit is decided one by one, by
+/// the rule a lone job keeps.
+async fn charged_batch(
+    pool: &PgPool,
+    sql: &Sql,
+    inserts: &[Insert],
+) -> Vec<Result<Started, StoreError>> {
+    if inserts.len() > 1 {
+        match together(pool, sql, inserts).await {
+            Ok(Some(answers)) => return answers,
+            Ok(None) => {}
+            Err(e) => {
+                if let Some(each) = batch::shared_failure(&e, inserts.len()) {
+                    return each;
+                }
+                tracing::warn!(error = %e, jobs = inserts.len(), "a batch of new jobs failed; each is inserted alone");
+            }
+        }
+    }
+    let mut answers = Vec::with_capacity(inserts.len());
+    for insert in inserts {
+        answers.push(alone(pool, sql, insert).await);
+    }
+    answers
+}
+
+/// [`charged_batch`]'s one transaction: `None` where a budget had no room
+/// for the batch (rolled back).
+async fn together(
+    pool: &PgPool,
+    sql: &Sql,
+    inserts: &[Insert],
+) -> Result<Option<Vec<Result<Started, StoreError>>>, StoreError> {
+    let mut tx = pool
+        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+        .await?;
+    let mut answers = ops::create_many(&mut *tx, sql, inserts).await?;
+    let mut held = Vec::new();
+    for (answer, insert) in answers.iter().zip(inserts) {
+        if let (Ok((Created::New(job), Some(handle))), Some(first)) = (answer, &insert.first)
+            && !first.charges.is_empty()
+        {
+            held.push((&job.id, handle.ordinal, first.charges.as_slice()));
+        }
+    }
+    if !ops::reserve_many(&mut *tx, sql, &held).await? {
+        return Ok(None);
+    }
+    tx.commit().await?;
+    for (answer, insert) in answers.iter_mut().zip(inserts) {
+        if let (Ok((_, Some(handle))), true) = (answer, charged(insert)) {
+            handle.charged = true;
+        }
+    }
+    Ok(Some(answers))
+}
+
+/// One job created in a transaction of its own, its reservation with it.
+async fn alone(pool: &PgPool, sql: &Sql, insert: &Insert) -> Result<Started, StoreError> {
+    let mut tx = pool
+        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+        .await?;
+    let out = ops::create(&mut *tx, sql, insert).await;
+    if out.is_ok() {
+        tx.commit().await?;
+    }
+    out
+}
+
 /// Compare-and-swaps of attempts, in one statement; each alone when that
 /// statement failed (writing nothing) on what may be one attempt's fault.
 async fn complete_batch(
@@ -236,6 +320,17 @@ async fn complete_batch(
     sql: Arc<Sql>,
     items: Vec<(AttemptHandle, Answer)>,
 ) -> Vec<Result<ops::AtOnce, StoreError>> {
+    if items.iter().any(|(handle, _)| handle.charged) {
+        return match settled_together(&pool, &sql, &items).await {
+            Ok(answers) => answers,
+            Err(e) => {
+                // Nothing of it stands: each caller swaps its attempt
+                // alone, with its settlement, in a transaction of its own.
+                tracing::warn!(error = %e, attempts = items.len(), "a batch of results with reservations failed; each is swapped alone");
+                items.iter().map(|_| Ok(None)).collect()
+            }
+        };
+    }
     let mut conn = match pool.acquire().await {
         Ok(conn) => conn,
         Err(e) => return batch::none_ran(&e.into(), items.len()),
@@ -253,6 +348,29 @@ async fn complete_batch(
         answers.push(ops::complete_at_once(&mut *conn, &sql, handle, answer).await);
     }
     answers
+}
+
+/// Compare-and-swaps of attempts of which some reserved, in one
+/// transaction: the batch's statement, then the reservations of those that
+/// won settled to what their answers cost ([`ops::settle_many`]).
+async fn settled_together(
+    pool: &PgPool,
+    sql: &Sql,
+    items: &[(AttemptHandle, Answer)],
+) -> Result<Vec<Result<ops::AtOnce, StoreError>>, StoreError> {
+    let mut tx = pool
+        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+        .await?;
+    let answers = ops::complete_many(&mut *tx, sql, items).await?;
+    let ended: Vec<_> = items
+        .iter()
+        .zip(&answers)
+        .filter(|((handle, _), won)| handle.charged && matches!(won, Ok(Some(_))))
+        .map(|((handle, answer), _)| (&handle.job_id, handle.ordinal, Spend::of_answer(answer)))
+        .collect();
+    ops::settle_many(&mut *tx, sql, &ended).await?;
+    tx.commit().await?;
+    Ok(answers)
 }
 
 /// A handle on the database; cheap to clone.
@@ -416,7 +534,7 @@ impl Store {
             });
         }
         let insert = self.insert(new, Some(begin(start)?))?;
-        if !start.charges.is_empty() {
+        if !start.charges.is_empty() && matches!(self.engine, Engine::Sqlite(_)) {
             // The reservation is in the job's own transaction, after its
             // row and its attempt's: several statements.
             let out = on_engine!(self, write, |c, sql| ops::create(c, sql, &insert))?;
@@ -424,7 +542,8 @@ impl Store {
         }
         // PostgreSQL makes both in one statement (`insert_jobs_and_attempts`),
         // so it needs no transaction of its own, and shares it with every
-        // other job waiting for it.
+        // other job waiting for it; with their reservations, one
+        // transaction for the batch (`create_batch`).
         let insert = match &self.engine {
             Engine::Postgres(pg) => match pg.creates.submit(insert) {
                 Ok(answer) => return Ok(started(batch::answer(answer).await?)),
@@ -432,7 +551,10 @@ impl Store {
             },
             Engine::Sqlite(_) => insert,
         };
-        let out = on_engine!(self, single, |c, sql| ops::create(c, sql, &insert))?;
+        let out = match insert.first.as_ref().is_some_and(|f| !f.charges.is_empty()) {
+            true => on_engine!(self, write, |c, sql| ops::create(c, sql, &insert))?,
+            false => on_engine!(self, single, |c, sql| ops::create(c, sql, &insert))?,
+        };
         Ok(started(out))
     }
 
@@ -537,8 +659,6 @@ impl Store {
                 // One statement, no transaction, where the engine can; the
                 // loss (rare, and several statements) in a transaction.
                 let at_once = match &self.engine {
-                    // Settling reservations takes statements of its own.
-                    Engine::Postgres(_) if handle.charged => None,
                     Engine::Postgres(pg) => {
                         match pg.completes.submit((owned.clone(), result.clone())) {
                             Ok(answer) => batch::answer(answer).await?,
