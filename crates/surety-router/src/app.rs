@@ -27,6 +27,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listening = state.inner.settings.listening;
+    warm_tokenizers(&state).await;
     let connections =
         crate::http::listen::accept_until(listener, app(state.clone()), listening, shutdown).await;
     // No new connections; open ones finish their request and close.
@@ -57,6 +58,27 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_millis(500), closed).await;
     tracing::info!("shut down");
     Ok(())
+}
+
+/// Loads every provider's tokenizer before the first request where budgets
+/// count each attempt's worst case with it: loading an encoding takes a
+/// while (o200k's, most of a second here), and the first jobs would
+/// otherwise all wait for it.
+async fn warm_tokenizers(state: &AppState) {
+    if state.inner.spending.budgets.is_empty() {
+        return;
+    }
+    for (id, provider) in &state.inner.providers {
+        let started = std::time::Instant::now();
+        match provider.tokenizer().await {
+            Ok(tokenizer) => {
+                tracing::info!(provider = %id, tokenizer = %tokenizer.describe(), ms = started.elapsed().as_millis() as u64, "tokenizer loaded for the budgets' worst cases")
+            }
+            Err(e) => {
+                tracing::warn!(provider = %id, error = %e, "no tokenizer: the budgets' worst cases count a token per byte")
+            }
+        }
+    }
 }
 
 /// Settled jobs deleted per write when pruning past retention: a write of
