@@ -15,7 +15,8 @@
 //! as JSON, to `$SURETY_BENCH_OUT` (default `target/bench/router.json`).
 //! `SURETY_BENCH_SECS` sets a cell's length; `SURETY_BENCH_ENGINES` and
 //! `SURETY_BENCH_CELLS` (comma-separated engine names and load labels)
-//! choose a part of the table.
+//! choose a part of the table; `SURETY_BENCH_BUDGETS=1` gives every cell's
+//! router the budgets cell's budgets.
 
 #![expect(
     clippy::print_stdout,
@@ -363,7 +364,14 @@ async fn run() {
             let Some(db) = TestDb::new(engine).await else {
                 break;
             };
-            let dir = serve::workspace(&repo, &db.url, &fake, server);
+            // SURETY_BENCH_BUDGETS=1: every cell's router counts the
+            // owner's budgets (to profile them: `cargo xtask profile router`).
+            let budgets = match std::env::var_os("SURETY_BENCH_BUDGETS") {
+                Some(_) => BUDGETS,
+                None => "",
+            };
+            let dir =
+                serve::workspace_routed(&repo, &db.url, &[("fake-a", &fake)], budgets, server);
             let log = router_log();
             let router = RouterProcess::start_with(&build.bin, dir.path(), &[], &log).await;
             routers.push((router, dir, db));
@@ -787,6 +795,11 @@ async fn alternated(
     (samples, (plain_p99[0] - plain_p99[1]).abs())
 }
 
+/// The owner's two budgets of the budgets cell (tokens a day, tokens a
+/// rolling hour), never reached.
+const BUDGETS: &str = "[[budgets]]\nname = \"acme-day\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"day\"\n\
+                       [[budgets]]\nname = \"acme-hour\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"rolling\"\nwindow_ms = 3600000\n";
+
 /// Budgets' price: the same closed-loop load through one route, without
 /// budgets and with the owner's two (tokens a day, tokens a rolling hour,
 /// never reached), so every attempt's worst case is counted by the
@@ -799,10 +812,8 @@ async fn budgets_cost(
     (fake, engine, name): (&FakeProvider, Engine, &str),
     counter: Arc<AtomicU64>,
 ) -> Vec<Value> {
-    let budgets = "[[budgets]]\nname = \"acme-day\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"day\"\n\
-                   [[budgets]]\nname = \"acme-hour\"\nowner = \"acme\"\nlimit = 1e15\nunit = \"tokens\"\nperiod = \"rolling\"\nwindow_ms = 3600000\n";
     let providers = [("fake-a", fake)];
-    let Some((routers, _dbs)) = pair(bin, repo, engine, &providers, ["", budgets]).await else {
+    let Some((routers, _dbs)) = pair(bin, repo, engine, &providers, ["", BUDGETS]).await else {
         return Vec::new();
     };
     let mut out = Vec::new();
