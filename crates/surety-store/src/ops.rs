@@ -390,134 +390,238 @@ pub(crate) enum Holder<'a> {
     Check(&'a str),
 }
 
-impl Holder<'_> {
-    /// The statement that records one of its reservations, and the
-    /// parameters before the account that name it.
-    fn keys(&self) -> Vec<Param<'_>> {
-        match self {
-            Holder::Attempt(job_id, ordinal) => vec![Text(&job_id.0), Int(*ordinal)],
+impl<'a> Holder<'a> {
+    /// The parameters that name it, before a hold's own.
+    fn keys(&self) -> Vec<Param<'a>> {
+        match *self {
+            Holder::Attempt(job_id, ordinal) => vec![Text(&job_id.0), Int(ordinal)],
             Holder::Check(id) => vec![Text(id)],
+        }
+    }
+
+    /// Its job's id, or the check's.
+    fn key(&self) -> &'a str {
+        match *self {
+            Holder::Attempt(job_id, _) => &job_id.0,
+            Holder::Check(id) => id,
+        }
+    }
+
+    /// Its attempt's ordinal (a check has none: 0).
+    fn ordinal(&self) -> i64 {
+        match *self {
+            Holder::Attempt(_, ordinal) => ordinal,
+            Holder::Check(_) => 0,
         }
     }
 }
 
-/// Reserves each charge for `holder`, in the order of the budgets' names:
-/// the budget's row is locked (PostgreSQL) by the statement that opens it,
-/// so the guarded hold after it reads every spend committed before; over
-/// a limit, the error rolls back everything this transaction wrote (the
-/// attempt, and a new job with it).
+/// What one transaction holds of a budget: its charges' sum, the
+/// budget's limit (negative: none), and the earliest bucket any of them
+/// counts spend from (counting more spend only ever refuses more).
+struct Sum<'a> {
+    budget: &'a str,
+    amount: i64,
+    limit: i64,
+    counts_from: i64,
+}
+
+/// `charges` summed per budget, in the order of the budgets' names.
+fn sums<'a>(charges: impl Iterator<Item = &'a Charge>) -> Vec<Sum<'a>> {
+    let mut sums: BTreeMap<&str, Sum<'a>> = BTreeMap::new();
+    for charge in charges {
+        let sum = sums.entry(&charge.budget).or_insert(Sum {
+            budget: &charge.budget,
+            amount: 0,
+            limit: charge.limit.unwrap_or(-1),
+            counts_from: charge.counts_from_ms,
+        });
+        sum.amount = sum.amount.saturating_add(charge.amount);
+        sum.counts_from = sum.counts_from.min(charge.counts_from_ms);
+    }
+    sums.into_values().collect()
+}
+
+/// Holds each sum of its budget, all or none: one statement opens the
+/// budgets (on PostgreSQL locking their rows, in name order, so the next
+/// statement reads every spend committed before), one guarded statement
+/// holds them, its changed rows checked. `Ok(Some(refusal))`: nothing
+/// held, and the first budget without room named.
+async fn hold<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    sums: &[Sum<'_>],
+) -> Result<Option<StoreError>, StoreError> {
+    if sums.is_empty() {
+        return Ok(None);
+    }
+    let names: Vec<Param<'_>> = sums.iter().map(|s| Text(s.budget)).collect();
+    c.execute(&sql.open_budgets(sums.len()), &names).await?;
+    let params: Vec<Param<'_>> = sums
+        .iter()
+        .flat_map(|s| {
+            [
+                Text(s.budget),
+                Int(s.amount),
+                Int(s.limit),
+                Int(s.counts_from),
+            ]
+        })
+        .collect();
+    let changed = c.execute(&sql.hold_budgets(sums.len()), &params).await?;
+    if changed == sums.len() as u64 {
+        return Ok(None);
+    }
+    if changed != 0 {
+        return Err(StoreError::Corrupt(format!(
+            "{changed} of {} budgets held: a hold is all of them or none",
+            sums.len()
+        )));
+    }
+    for sum in sums {
+        let status = budget_status(c, sql, sum.budget, sum.counts_from).await?;
+        if sum.limit >= 0 && status.held + sum.amount + status.spent > sum.limit {
+            return Ok(Some(StoreError::OverBudget {
+                budget: sum.budget.to_owned(),
+                limit: sum.limit,
+                spent: status.spent,
+                held: status.held,
+                asked: sum.amount,
+                oldest_bucket_ms: status.oldest_bucket_ms,
+            }));
+        }
+    }
+    Err(StoreError::Corrupt(
+        "no budget was held, yet each had room".to_owned(),
+    ))
+}
+
+/// Records what each holder reserved of each of its charges: an attempt's
+/// reservations, or a check's holds (one statement for them all).
+async fn record<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    holders: &[(Holder<'_>, &[Charge])],
+) -> Result<(), StoreError> {
+    let each = || {
+        holders
+            .iter()
+            .flat_map(|(holder, charges)| charges.iter().map(move |c| (*holder, c)))
+    };
+    let n = each().count();
+    if n == 0 {
+        return Ok(());
+    }
+    let attempts = holders
+        .iter()
+        .all(|(h, _)| matches!(h, Holder::Attempt(..)));
+    if let (true, Some(insert)) = (attempts, &sql.insert_reservations) {
+        let ids: Vec<&str> = each().map(|(h, _)| h.key()).collect();
+        let ordinals: Vec<i64> = each().map(|(h, _)| h.ordinal()).collect();
+        let budgets: Vec<&str> = each().map(|(_, c)| c.budget.as_str()).collect();
+        let amounts: Vec<i64> = each().map(|(_, c)| c.amount).collect();
+        let units: Vec<&str> = each().map(|(_, c)| c.unit.as_str()).collect();
+        let buckets: Vec<i64> = each().map(|(_, c)| c.bucket_ms).collect();
+        let params = [
+            Param::Texts(&ids),
+            Param::Ints(&ordinals),
+            Param::Texts(&budgets),
+            Param::Ints(&amounts),
+            Param::Texts(&units),
+            Param::Ints(&buckets),
+        ];
+        c.execute(insert, &params).await?;
+        return Ok(());
+    }
+    let mut params = Vec::new();
+    for (holder, charge) in each() {
+        params.extend(holder.keys());
+        params.extend([
+            Text(&charge.budget),
+            Int(charge.amount),
+            Text(charge.unit.as_str()),
+            Int(charge.bucket_ms),
+        ]);
+    }
+    let statement = match attempts {
+        true => sql.insert_holds(
+            "reservations",
+            &[
+                "job_id",
+                "ordinal",
+                "account",
+                "amount",
+                "unit",
+                "bucket_ms",
+            ],
+            n,
+        ),
+        false if holders.iter().all(|(h, _)| matches!(h, Holder::Check(_))) => sql.insert_holds(
+            "check_holds",
+            &["id", "account", "amount", "unit", "bucket_ms"],
+            n,
+        ),
+        false => {
+            return Err(StoreError::Corrupt(
+                "attempts and checks recorded together".to_owned(),
+            ));
+        }
+    };
+    c.execute(&statement, &params).await?;
+    Ok(())
+}
+
+/// Reserves each charge for `holder`, all or none (see [`hold`]), and
+/// records them; over a limit, the error rolls back everything this
+/// transaction wrote (the attempt, and a new job with it).
 pub(crate) async fn reserve<C: Conn>(
     c: &mut C,
     sql: &Sql,
     holder: Holder<'_>,
     charges: &[Charge],
 ) -> Result<(), StoreError> {
-    for charge in charges {
-        let budget = Text(&charge.budget);
-        c.execute(&sql.open_budget, &[budget]).await?;
-        let limit = charge.limit.unwrap_or(-1);
-        let held = c
-            .execute(
-                &sql.hold_budget,
-                &[
-                    budget,
-                    Int(charge.amount),
-                    Int(limit),
-                    Int(charge.counts_from_ms),
-                ],
-            )
-            .await?;
-        if held != 1 {
-            let status = budget_status(c, sql, &charge.budget, charge.counts_from_ms).await?;
-            return Err(StoreError::OverBudget {
-                budget: charge.budget.clone(),
-                limit,
-                spent: status.spent,
-                held: status.held,
-                asked: charge.amount,
-                oldest_bucket_ms: status.oldest_bucket_ms,
-            });
-        }
-        let (insert, mut params) = match holder {
-            Holder::Attempt(..) => (&sql.insert_reservation, holder.keys()),
-            Holder::Check(_) => (&sql.insert_check_hold, holder.keys()),
-        };
-        params.extend([
-            budget,
-            Int(charge.amount),
-            Text(charge.unit.as_str()),
-            Int(charge.bucket_ms),
-        ]);
-        c.execute(insert, &params).await?;
+    if let Some(refusal) = hold(c, sql, &sums(charges.iter())).await? {
+        return Err(refusal);
     }
-    Ok(())
+    record(c, sql, &[(holder, charges)]).await
 }
 
 /// Reserves the charges of a batch's new attempts (`held`: each one's job
-/// id, ordinal and charges) by one guarded update per budget, in name
-/// order, of their sum, and records every reservation in one statement
-/// (PostgreSQL). `Ok(false)`: some budget had no room for the whole batch;
-/// the caller rolls it back, and each job is then reserved alone, so which
-/// of them fit is decided one by one as ever.
+/// id, ordinal and charges) as one holder would: the sum of each budget
+/// held, all or none, and every reservation recorded in one statement.
+/// `Ok(false)`: some budget had no room for the whole batch; the caller
+/// rolls it back, and each job is then reserved alone, so which of them
+/// fit is decided one by one as ever.
 pub(crate) async fn reserve_many<C: Conn>(
     c: &mut C,
     sql: &Sql,
     held: &[(&JobId, i64, &[Charge])],
 ) -> Result<bool, StoreError> {
-    let insert = sql
-        .insert_reservations
-        .as_deref()
-        .ok_or_else(|| StoreError::Corrupt("this engine reserves no batch".to_owned()))?;
-    // Per budget: the batch's sum, its limit, and the earliest bucket any
-    // of them counts from (counting more spend only ever refuses more).
-    let mut sums: BTreeMap<&str, (i64, i64, i64)> = Default::default();
-    for charge in held.iter().flat_map(|(_, _, charges)| charges.iter()) {
-        let limit = charge.limit.unwrap_or(-1);
-        let sum = sums
-            .entry(charge.budget.as_str())
-            .or_insert((0, limit, charge.counts_from_ms));
-        sum.0 = sum.0.saturating_add(charge.amount);
-        sum.2 = sum.2.min(charge.counts_from_ms);
+    let all = sums(held.iter().flat_map(|(_, _, charges)| charges.iter()));
+    if hold(c, sql, &all).await?.is_some() {
+        return Ok(false);
     }
-    for (budget, (amount, limit, counts_from)) in &sums {
-        c.execute(&sql.open_budget, &[Text(budget)]).await?;
-        let changed = c
-            .execute(
-                &sql.hold_budget,
-                &[Text(budget), Int(*amount), Int(*limit), Int(*counts_from)],
-            )
-            .await?;
-        if changed != 1 {
-            return Ok(false);
-        }
-    }
-    let each = || {
-        held.iter()
-            .flat_map(|(id, ordinal, charges)| charges.iter().map(move |c| (*id, *ordinal, c)))
-    };
-    let ids: Vec<&str> = each().map(|(id, _, _)| id.0.as_str()).collect();
-    let ordinals: Vec<i64> = each().map(|(_, ordinal, _)| ordinal).collect();
-    let budgets: Vec<&str> = each().map(|(_, _, c)| c.budget.as_str()).collect();
-    let amounts: Vec<i64> = each().map(|(_, _, c)| c.amount).collect();
-    let units: Vec<&str> = each().map(|(_, _, c)| c.unit.as_str()).collect();
-    let buckets: Vec<i64> = each().map(|(_, _, c)| c.bucket_ms).collect();
-    let params = [
-        Param::Texts(&ids),
-        Param::Ints(&ordinals),
-        Param::Texts(&budgets),
-        Param::Ints(&amounts),
-        Param::Texts(&units),
-        Param::Ints(&buckets),
-    ];
-    c.execute(insert, &params).await?;
+    let holders: Vec<(Holder<'_>, &[Charge])> = held
+        .iter()
+        .map(|(id, ordinal, charges)| (Holder::Attempt(id, *ordinal), *charges))
+        .collect();
+    record(c, sql, &holders).await?;
     Ok(true)
+}
+
+/// What `spend` costs of a reservation, as the closing statements take it:
+/// micros and tokens, both negative for its whole amount.
+fn spend_params(spend: Spend) -> (i64, i64) {
+    match spend {
+        Spend::Nothing => (0, 0),
+        Spend::Cost(cost) => (cost.micros.max(0), cost.tokens.max(0)),
+        Spend::WorstCase => (-1, -1),
+    }
 }
 
 /// Settles the reservations still held of a batch's attempts that ended
 /// (`ended`: each one's job id, ordinal and what it spent), as
-/// [`settle_reservations`] does each alone: one guarded statement closes
-/// them, and each budget, in name order, holds what they held less and
-/// has what they cost spent, in the buckets they reserved in
+/// [`settle_held`] does each alone, with one statement closing them all
 /// (PostgreSQL).
 pub(crate) async fn settle_many<C: Conn>(
     c: &mut C,
@@ -533,13 +637,8 @@ pub(crate) async fn settle_many<C: Conn>(
         .ok_or_else(|| StoreError::Corrupt("this engine settles no batch".to_owned()))?;
     let ids: Vec<&str> = ended.iter().map(|(id, _, _)| id.0.as_str()).collect();
     let ordinals: Vec<i64> = ended.iter().map(|(_, ordinal, _)| *ordinal).collect();
-    let cost = |spend: &Spend| match spend {
-        Spend::Nothing => (0, 0),
-        Spend::Cost(cost) => (cost.micros.max(0), cost.tokens.max(0)),
-        Spend::WorstCase => (-1, -1),
-    };
-    let micros: Vec<i64> = ended.iter().map(|(_, _, s)| cost(s).0).collect();
-    let tokens: Vec<i64> = ended.iter().map(|(_, _, s)| cost(s).1).collect();
+    let micros: Vec<i64> = ended.iter().map(|(_, _, s)| spend_params(*s).0).collect();
+    let tokens: Vec<i64> = ended.iter().map(|(_, _, s)| spend_params(*s).1).collect();
     let params = [
         Param::Texts(&ids),
         Param::Ints(&ordinals),
@@ -547,9 +646,15 @@ pub(crate) async fn settle_many<C: Conn>(
         Param::Ints(&tokens),
     ];
     let closed = c.rows(statement, &params).await?;
-    // Per budget: what it held less; per budget and bucket: what it spent.
-    let mut held: BTreeMap<String, (i64, BTreeMap<i64, i64>)> = Default::default();
-    for row in &closed {
+    release(c, sql, &closed).await
+}
+
+/// What closed holds (rows of budget, amount held, spent, bucket) leave:
+/// each budget, in name order, holds their amounts less and has what they
+/// spent recorded in the buckets they reserved in.
+async fn release<C: Conn>(c: &mut C, sql: &Sql, closed: &[Values]) -> Result<(), StoreError> {
+    let mut held: BTreeMap<String, (i64, BTreeMap<i64, i64>)> = BTreeMap::new();
+    for row in closed {
         let account = col(row, 0, "account")?.text("account")?;
         let amount = col(row, 1, "amount")?.int("amount")?;
         let spent = col(row, 2, "spent")?.int("spent")?;
@@ -610,47 +715,31 @@ pub(crate) async fn settle_stale_checks<C: Conn>(
     Ok(stale.len() as u64)
 }
 
-/// Settles what `holder` holds of each budget: its hold released, `spend`
-/// of it recorded in the bucket it reserved for, the reservation closed.
+/// Settles what `holder` holds of each budget: one guarded statement
+/// closes its holds still open (of two settlers that both come, one closes
+/// them), each spent at `spend`, and [`release`] settles what it closed.
 pub(crate) async fn settle_held<C: Conn>(
     c: &mut C,
     sql: &Sql,
     holder: Holder<'_>,
     spend: Spend,
 ) -> Result<(), StoreError> {
-    let (select, close) = match holder {
-        Holder::Attempt(..) => (&sql.select_held, &sql.settle_reservation),
-        Holder::Check(_) => (&sql.select_check_held, &sql.settle_check_hold),
+    let closing = match holder {
+        Holder::Attempt(..) => &sql.close_reservations,
+        Holder::Check(_) => &sql.close_check_holds,
     };
-    let held = c.rows(select, &holder.keys()).await?;
-    for row in &held {
-        let account = col(row, 0, "account")?.text("account")?;
-        let unit = col(row, 1, "unit")?.text("unit")?;
-        let unit = Unit::parse(&unit)
-            .ok_or_else(|| StoreError::Corrupt(format!("unit: unknown `{unit}`")))?;
-        let amount = col(row, 2, "amount")?.int("amount")?;
-        let bucket = col(row, 3, "bucket_ms")?.int("bucket_ms")?;
-        let spent = match spend {
-            Spend::Nothing => 0,
-            Spend::Cost(cost) => cost.of(unit).max(0),
-            Spend::WorstCase => amount,
-        };
-        // Closed first, by a guarded update whose changed row is checked:
-        // of two settlers that both read it open (a check's own and the
-        // stale sweep of another replica), one releases it.
-        let mut params = holder.keys();
-        params.extend([Text(&account), Int(spent)]);
-        if c.execute(close, &params).await? == 0 {
-            continue;
+    let (micros, tokens) = spend_params(spend);
+    let mut params = holder.keys();
+    params.extend([Int(micros), Int(tokens)]);
+    let closed = match &closing.read_first {
+        None => c.rows(&closing.write, &params).await?,
+        Some(read) => {
+            let closed = c.rows(read, &params).await?;
+            c.execute(&closing.write, &params).await?;
+            closed
         }
-        c.execute(&sql.release_hold, &[Text(&account), Int(amount)])
-            .await?;
-        if spent > 0 {
-            c.execute(&sql.add_spend, &[Text(&account), Int(bucket), Int(spent)])
-                .await?;
-        }
-    }
-    Ok(())
+    };
+    release(c, sql, &closed).await
 }
 
 /// Budget `budget` as the database holds it: its spend from the bucket at

@@ -45,6 +45,7 @@ pub struct Sql {
     /// see the module's doc). SQLite's one writer reads every guard as the
     /// last commit left it, so it reads the winner only after a loss.
     pub lock_before_swap: bool,
+    backend: Backend,
     /// The compare-and-swap and the winner's close in one statement, for a
     /// batch of attempts of distinct jobs (arrays: job ids, base versions,
     /// results, ordinals, completions, response ids), where the engine can (PostgreSQL):
@@ -80,29 +81,21 @@ pub struct Sql {
     pub mark_asked: String,
     /// Job `$1`'s questions, by attempt, in order.
     pub select_questions: String,
-    /// Budget `$1`'s account, made if new; on PostgreSQL the row is locked
-    /// until the transaction ends, so what the next statement reads of its
-    /// spend is every spend committed before (each writer of spend locks it
-    /// first).
-    pub open_budget: String,
-    /// Holds `$2` more of budget `$1` if what its buckets from `$4` on
-    /// spent, with what it holds, leaves room under limit `$3` (no limit
-    /// when `$3` is negative): one row changed, or none.
-    pub hold_budget: String,
-    /// Attempt `$1`/`$2`'s reservation of `$4` (`$5` the unit) of budget
-    /// `$3`, its spend to go in bucket `$6`.
-    pub insert_reservation: String,
     /// Budget `$1`: what it holds, what its buckets from `$2` on spent,
     /// what unknown attempts hold of it, and its oldest such bucket.
     pub select_budget: String,
-    /// Attempt `$1`/`$2`'s reservations still held, by budget.
-    pub select_held: String,
     /// Budget `$1` holds `$2` less.
     pub release_hold: String,
     /// `$3` more spent of budget `$1` in bucket `$2`.
     pub add_spend: String,
-    /// Attempt `$1`/`$2`'s reservation of budget `$3` settled at `$4`.
-    pub settle_reservation: String,
+    /// Closes attempt `$1`/`$2`'s reservations still held, each spent at
+    /// `$3` micros or `$4` tokens by its unit (its whole amount when `$4`
+    /// is negative): each one closed as (budget, amount held, spent,
+    /// bucket), none for one closed already.
+    pub close_reservations: Closing,
+    /// As `close_reservations`, for check `$1`'s holds (`$2` micros, `$3`
+    /// tokens).
+    pub close_check_holds: Closing,
     /// Job `$1`'s reservations, by attempt and budget.
     pub select_reservations: String,
     /// A batch's reservations (arrays: job ids, ordinals, budgets, amounts,
@@ -115,13 +108,6 @@ pub struct Sql {
     /// engine can (PostgreSQL): a row (budget, amount held, spent, bucket)
     /// for each reservation it closed, none for one closed already.
     pub settle_reservations: Option<String>,
-    /// Check `$1`'s hold of `$3` (`$4` the unit) of budget `$2`, its spend
-    /// to go in bucket `$5`.
-    pub insert_check_hold: String,
-    /// Check `$1`'s holds still held, by budget.
-    pub select_check_held: String,
-    /// Check `$1`'s hold of budget `$2` settled at `$3`.
-    pub settle_check_hold: String,
     /// The checks holding a reservation taken more than `$1` ms ago (their
     /// router gone with them), at most `$2`.
     pub select_stale_checks: String,
@@ -175,6 +161,16 @@ const JOB_COLUMNS: &str = "id, owner_id, idempotency_key, route, contract, contr
 const ATTEMPT_COLUMNS: &str = "job_id, ordinal, slot, provider, state, base_version, started_at_ms, \
      lease_expires_at_ms, unknown_since_ms, finished_at_ms, error, provider_response_id, asked_at_ms";
 
+/// A guarded write that closes holds and answers with what it closed
+/// (`RETURNING` on PostgreSQL; on SQLite, whose one writer is alone on the
+/// database, `read_first` reads them, as the write will leave them, in the
+/// same transaction just before it).
+#[derive(Debug)]
+pub struct Closing {
+    pub write: String,
+    pub read_first: Option<String>,
+}
+
 /// A write that answers with the row it wrote. PostgreSQL returns it from
 /// the statement (`RETURNING`). SQLite runs a `RETURNING` clause as a
 /// trigger program that collects its rows in a temporary b-tree, opened and
@@ -216,10 +212,7 @@ fn demoted(p: u8, c: u8, t: u8) -> String {
 
 impl Sql {
     pub fn new(backend: Backend) -> Sql {
-        let now = match backend {
-            Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS BIGINT)",
-            Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-        };
+        let now = clock(backend);
         // A settled job: the WHERE of the `jobs_settled_at` index, as each
         // engine's schema spells it (SQLite's without a list of values: see
         // `migrations/sqlite/`), so that the planner matches the two.
@@ -254,6 +247,29 @@ impl Sql {
                 write: fill(write),
                 read: Some(fill(&format!("SELECT {columns} {read}"))),
             },
+        };
+        // Closes the holds `which` names of `table`, spent at `spent`:
+        // PostgreSQL answers with what it closed; SQLite's one writer reads
+        // them first, as the write will leave them.
+        let closing = |table: &str, which: &str, spent: &str| {
+            let close = format!(
+                "UPDATE {table} SET spent = {spent}, settled_at_ms = {{now}} \
+                 WHERE {which} AND spent IS NULL"
+            );
+            let columns = "account, amount, spent, bucket_ms";
+            match backend {
+                Backend::Postgres => Closing {
+                    write: fill(&format!("{close} RETURNING {columns}")),
+                    read_first: None,
+                },
+                Backend::Sqlite => Closing {
+                    write: fill(&close),
+                    read_first: Some(fill(&format!(
+                        "SELECT account, amount, {spent} AS spent, bucket_ms FROM {table} \
+                         WHERE {which} AND spent IS NULL"
+                    ))),
+                },
+            }
         };
         // An attempt's insert: its ordinal, and what precedes the demotion
         // guard (the rows the ordinal is read from, if any).
@@ -420,6 +436,7 @@ impl Sql {
                 "FROM jobs WHERE id = $1",
             ),
             lock_before_swap: backend == Backend::Postgres,
+            backend,
             // Each job's row is locked first (`locked`, which reads its
             // latest version), then its attempt is closed only if still open
             // (an UPDATE rechecks its own row's latest version), then the job
@@ -587,20 +604,6 @@ impl Sql {
                 "SELECT ordinal, n, provider, asked_at_ms, asked_by, outcome, detail \
                  FROM reconciliations WHERE job_id = $1 ORDER BY ordinal, n",
             ),
-            open_budget: fill(
-                "INSERT INTO budget_accounts (account, held) VALUES ($1, 0) \
-                 ON CONFLICT (account) DO UPDATE SET held = budget_accounts.held",
-            ),
-            hold_budget: fill(
-                "UPDATE budget_accounts SET held = held + $2 WHERE account = $1 AND ($3 < 0 \
-                   OR held + $2 + COALESCE((SELECT SUM(spent) FROM budget_spend \
-                        WHERE account = $1 AND bucket_ms >= $4), 0) <= $3)",
-            ),
-            insert_reservation: fill(
-                "INSERT INTO reservations \
-                     (job_id, ordinal, account, amount, unit, bucket_ms, reserved_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, {now})",
-            ),
             select_budget: fill(
                 "SELECT b.held, \
                      CAST(COALESCE((SELECT SUM(spent) FROM budget_spend s \
@@ -612,30 +615,20 @@ impl Sql {
                          WHERE s.account = $1 AND s.bucket_ms >= $2 AND s.spent > 0) AS oldest \
                  FROM budget_accounts b WHERE b.account = $1",
             ),
-            select_held: fill(
-                "SELECT account, unit, amount, bucket_ms FROM reservations \
-                 WHERE job_id = $1 AND ordinal = $2 AND spent IS NULL ORDER BY account",
-            ),
             release_hold: fill("UPDATE budget_accounts SET held = held - $2 WHERE account = $1"),
             add_spend: fill(
                 "INSERT INTO budget_spend (account, bucket_ms, spent) VALUES ($1, $2, $3) \
                  ON CONFLICT (account, bucket_ms) DO UPDATE SET spent = budget_spend.spent + excluded.spent",
             ),
-            settle_reservation: fill(
-                "UPDATE reservations SET spent = $4, settled_at_ms = {now} \
-                 WHERE job_id = $1 AND ordinal = $2 AND account = $3 AND spent IS NULL",
+            close_reservations: closing(
+                "reservations",
+                "job_id = $1 AND ordinal = $2",
+                "CASE WHEN $4 < 0 THEN amount WHEN unit = 'tokens' THEN $4 ELSE $3 END",
             ),
-            insert_check_hold: fill(
-                "INSERT INTO check_holds (id, account, amount, unit, bucket_ms, reserved_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, {now})",
-            ),
-            select_check_held: fill(
-                "SELECT account, unit, amount, bucket_ms FROM check_holds \
-                 WHERE id = $1 AND spent IS NULL ORDER BY account",
-            ),
-            settle_check_hold: fill(
-                "UPDATE check_holds SET spent = $3, settled_at_ms = {now} \
-                 WHERE id = $1 AND account = $2 AND spent IS NULL",
+            close_check_holds: closing(
+                "check_holds",
+                "id = $1",
+                "CASE WHEN $3 < 0 THEN amount WHEN unit = 'tokens' THEN $3 ELSE $2 END",
             ),
             select_stale_checks: fill(
                 "SELECT DISTINCT id FROM check_holds \
@@ -758,6 +751,89 @@ fn qualified(table: &str, columns: &str) -> String {
 
 /// PostgreSQL's `$N` as SQLite's `?N`: SQLite reads `$N` as a named
 /// parameter and numbers those by first appearance, not by `N`.
+/// The engine's clock, in ms since the epoch, as SQL.
+fn clock(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => "CAST(unixepoch('subsec') * 1000 AS BIGINT)",
+        Backend::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+    }
+}
+
+impl Sql {
+    /// `template` as this engine spells it: its clock and its parameters.
+    fn spell(&self, template: &str) -> String {
+        let filled = template.replace("{now}", clock(self.backend));
+        match self.backend {
+            Backend::Postgres => filled,
+            Backend::Sqlite => numbered_params(&filled),
+        }
+    }
+
+    /// Opens `n` budgets (`$1`…`$n`, in the order of their names), so that
+    /// each exists and, on PostgreSQL, is locked in that order until the
+    /// transaction ends: the hold that follows then reads every spend
+    /// committed before (each writer of spend locks the budget first).
+    pub fn open_budgets(&self, n: usize) -> String {
+        let rows: Vec<String> = (1..=n).map(|k| format!("(${k}, 0)")).collect();
+        self.spell(&format!(
+            "INSERT INTO budget_accounts (account, held) VALUES {} \
+             ON CONFLICT (account) DO UPDATE SET held = budget_accounts.held",
+            rows.join(", ")
+        ))
+    }
+
+    /// Holds, of each of `n` budgets (the `k`-th: budget `$4k+1`, amount
+    /// `$4k+2`, limit `$4k+3`, negative for none, its spend counted from
+    /// bucket `$4k+4` on), its amount more — all of them, where each has
+    /// room under its limit for what it spent and holds and its amount, or
+    /// none: `n` rows changed, or none.
+    pub fn hold_budgets(&self, n: usize) -> String {
+        let p = |k: usize, i: usize| format!("${}", 4 * k + i);
+        let cases: Vec<String> = (0..n)
+            .map(|k| format!("WHEN {} THEN {}", p(k, 1), p(k, 2)))
+            .collect();
+        let names: Vec<String> = (0..n).map(|k| p(k, 1)).collect();
+        let over: Vec<String> = (0..n)
+            .map(|k| {
+                format!(
+                    "(b.account = {a} AND {l} >= 0 AND b.held + {m} + COALESCE((SELECT SUM(s.spent) \
+                     FROM budget_spend s WHERE s.account = {a} AND s.bucket_ms >= {f}), 0) > {l})",
+                    a = p(k, 1),
+                    m = p(k, 2),
+                    l = p(k, 3),
+                    f = p(k, 4),
+                )
+            })
+            .collect();
+        self.spell(&format!(
+            "UPDATE budget_accounts SET held = held + CASE account {} END \
+             WHERE account IN ({}) \
+             AND NOT EXISTS (SELECT 1 FROM budget_accounts b WHERE {})",
+            cases.join(" "),
+            names.join(", "),
+            over.join(" OR "),
+        ))
+    }
+
+    /// `n` rows of holds into `table`, each `columns` (their values the
+    /// parameters, in order), then the clock as `reserved_at_ms`.
+    pub fn insert_holds(&self, table: &str, columns: &[&str], n: usize) -> String {
+        let width = columns.len();
+        let rows: Vec<String> = (0..n)
+            .map(|r| {
+                let values: Vec<String> =
+                    (1..=width).map(|i| format!("${}", r * width + i)).collect();
+                format!("({}, {{now}})", values.join(", "))
+            })
+            .collect();
+        self.spell(&format!(
+            "INSERT INTO {table} ({}, reserved_at_ms) VALUES {}",
+            columns.join(", "),
+            rows.join(", ")
+        ))
+    }
+}
+
 fn numbered_params(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut chars = sql.chars().peekable();
