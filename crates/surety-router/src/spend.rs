@@ -335,17 +335,11 @@ pub async fn worst_case(
             .map(|t| t.len() as u64 + surety_providers::tokenizer::TOKENS_PER_MESSAGE)
             .sum()
     };
-    let prompt = match provider.tokenizer().await {
-        Ok(tokenizer) => match tokenizer.count(&parts).await {
-            Ok(Some(n)) => n,
-            Ok(None) => by_bytes(),
-            Err(e) => {
-                tracing::warn!(provider = %provider.config.id, error = %e, "the tokenizer failed: the worst case counts a token per byte");
-                by_bytes()
-            }
-        },
+    let prompt = match provider.count(&parts).await {
+        Ok(Some(n)) => n,
+        Ok(None) => by_bytes(),
         Err(e) => {
-            tracing::warn!(provider = %provider.config.id, error = %e, "no tokenizer: the worst case counts a token per byte");
+            tracing::warn!(provider = %provider.config.id, error = %e, "the tokenizer failed: the worst case counts a token per byte");
             by_bytes()
         }
     };

@@ -319,6 +319,7 @@ impl AppState {
                     behaviour: surety_manifest::Behaviour::new(p.behaviour()),
                     config: p.clone(),
                     tokenizer: tokio::sync::OnceCell::new(),
+                    counted: std::sync::Mutex::default(),
                 };
                 Ok((id.clone(), served))
             })

@@ -29,6 +29,35 @@ pub struct ServedProvider {
     pub behaviour: surety_manifest::Behaviour,
     /// The tokenizer its configuration names, loaded on first use.
     pub tokenizer: tokio::sync::OnceCell<Result<Tokenizer, String>>,
+    /// Texts it counted, with their counts (see [`ServedProvider::count`]).
+    pub counted: std::sync::Mutex<Counted>,
+}
+
+/// Texts a provider's tokenizer counted and their counts: a contract's
+/// system prompt and schema come with each of its jobs. At most
+/// [`Counted::MOST_BYTES`] of text is kept; past it, all is forgotten.
+#[derive(Debug, Default)]
+pub struct Counted {
+    counts: std::collections::HashMap<String, u64>,
+    bytes: usize,
+}
+
+impl Counted {
+    pub const MOST_BYTES: usize = 1 << 20;
+
+    fn get(&self, text: &str) -> Option<u64> {
+        self.counts.get(text).copied()
+    }
+
+    fn keep(&mut self, text: &str, count: u64) {
+        if self.bytes + text.len() > Self::MOST_BYTES {
+            self.counts.clear();
+            self.bytes = 0;
+        }
+        if text.len() <= Self::MOST_BYTES && self.counts.insert(text.to_owned(), count).is_none() {
+            self.bytes += text.len();
+        }
+    }
 }
 
 impl ServedProvider {
@@ -45,6 +74,35 @@ impl ServedProvider {
             .await
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// The tokens of a prompt of `parts` by its tokenizer, as
+    /// [`Tokenizer::count`] counts them (a sum over the parts), each part's
+    /// count kept for the next time it comes. `Ok(None)` with no tokenizer.
+    pub async fn count(&self, parts: &[&str]) -> Result<Option<u64>, String> {
+        let tokenizer = self.tokenizer().await?;
+        let mut total = 0u64;
+        for part in parts {
+            let kept = self
+                .counted
+                .lock()
+                .map_err(|_| "the counted texts' lock is poisoned".to_owned())?
+                .get(part);
+            let count = match kept {
+                Some(count) => count,
+                None => {
+                    let Some(count) = tokenizer.count(&[part]).await? else {
+                        return Ok(None);
+                    };
+                    if let Ok(mut counted) = self.counted.lock() {
+                        counted.keep(part, count);
+                    }
+                    count
+                }
+            };
+            total = total.saturating_add(count);
+        }
+        Ok(Some(total))
     }
 }
 
@@ -248,5 +306,59 @@ impl Certifier<'_> {
                 (at > d.demoted_at_ms).then(|| (d.clone(), at))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(tokenizer: &str) -> ServedProvider {
+        let config = surety_providers::ProvidersConfig::from_toml(&format!(
+            "[providers.p]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\ncontext_window = 16000\ntokenizer = \"{tokenizer}\"\n"
+        ))
+        .unwrap()
+        .providers
+        .remove("p")
+        .unwrap();
+        ServedProvider {
+            adapter: surety_providers::build_provider(&config).unwrap(),
+            behaviour: surety_manifest::Behaviour::new(config.behaviour()),
+            config,
+            tokenizer: tokio::sync::OnceCell::new(),
+            counted: std::sync::Mutex::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kept_count_is_the_tokenizers_own() {
+        let provider = served("tiktoken:o200k_base");
+        let parts = ["Detect the language of the text.", "Bonjour à tous", ""];
+        let tokenizer = provider.tokenizer().await.unwrap();
+        let counted = tokenizer.count(&parts).await.unwrap();
+        assert!(counted.is_some_and(|n| n > 12));
+        // Counted, then read back from what was kept: the same.
+        assert_eq!(provider.count(&parts).await.unwrap(), counted);
+        assert_eq!(provider.count(&parts).await.unwrap(), counted);
+        assert_eq!(provider.counted.lock().unwrap().counts.len(), 3);
+        // No tokenizer: nothing counted, nothing kept.
+        let none = served("none");
+        assert_eq!(none.count(&parts).await.unwrap(), None);
+        assert!(none.counted.lock().unwrap().counts.is_empty());
+    }
+
+    #[test]
+    fn what_is_kept_is_bounded() {
+        let mut counted = Counted::default();
+        let text = "x".repeat(Counted::MOST_BYTES / 4 + 1);
+        for n in 0..4u8 {
+            counted.keep(&format!("{n}{text}"), u64::from(n));
+        }
+        // The fourth would pass the bound: all before it was forgotten.
+        assert_eq!(counted.counts.len(), 1);
+        assert!(counted.bytes <= Counted::MOST_BYTES);
+        assert_eq!(counted.get(&format!("3{text}")), Some(3));
+        counted.keep(&"y".repeat(Counted::MOST_BYTES + 1), 9);
+        assert!(counted.bytes <= Counted::MOST_BYTES);
     }
 }
