@@ -544,23 +544,10 @@ async fn record<C: Conn>(
         ]);
     }
     let statement = match attempts {
-        true => sql.insert_holds(
-            "reservations",
-            &[
-                "job_id",
-                "ordinal",
-                "account",
-                "amount",
-                "unit",
-                "bucket_ms",
-            ],
-            n,
-        ),
-        false if holders.iter().all(|(h, _)| matches!(h, Holder::Check(_))) => sql.insert_holds(
-            "check_holds",
-            &["id", "account", "amount", "unit", "bucket_ms"],
-            n,
-        ),
+        true => sql.insert_reservation_rows(n),
+        false if holders.iter().all(|(h, _)| matches!(h, Holder::Check(_))) => {
+            sql.insert_check_hold_rows(n)
+        }
         false => {
             return Err(StoreError::Corrupt(
                 "attempts and checks recorded together".to_owned(),

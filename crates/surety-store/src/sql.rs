@@ -12,6 +12,8 @@
 //! the attempt with an UPDATE that rechecks the attempt's own row, and
 //! completes the job only if that closed it. Its returned row is the proof.
 
+use std::borrow::Cow;
+
 use crate::Backend;
 
 /// The statements, ready for one engine.
@@ -45,7 +47,8 @@ pub struct Sql {
     /// see the module's doc). SQLite's one writer reads every guard as the
     /// last commit left it, so it reads the winner only after a loss.
     pub lock_before_swap: bool,
-    backend: Backend,
+    /// The statements of several budgets or holds (see [`Many`]).
+    spelled: Spelled,
     /// The compare-and-swap and the winner's close in one statement, for a
     /// batch of attempts of distinct jobs (arrays: job ids, base versions,
     /// results, ordinals, completions, response ids), where the engine can (PostgreSQL):
@@ -436,7 +439,7 @@ impl Sql {
                 "FROM jobs WHERE id = $1",
             ),
             lock_before_swap: backend == Backend::Postgres,
-            backend,
+            spelled: Spelled::new(backend),
             // Each job's row is locked first (`locked`, which reads its
             // latest version), then its attempt is closed only if still open
             // (an UPDATE rechecks its own row's latest version), then the job
@@ -759,78 +762,166 @@ fn clock(backend: Backend) -> &'static str {
     }
 }
 
-impl Sql {
-    /// `template` as this engine spells it: its clock and its parameters.
-    fn spell(&self, template: &str) -> String {
-        let filled = template.replace("{now}", clock(self.backend));
-        match self.backend {
-            Backend::Postgres => filled,
-            Backend::Sqlite => numbered_params(&filled),
-        }
+/// `template` as `backend` spells it: its clock and its parameters.
+fn spell(backend: Backend, template: &str) -> String {
+    let filled = template.replace("{now}", clock(backend));
+    match backend {
+        Backend::Postgres => filled,
+        Backend::Sqlite => numbered_params(&filled),
     }
+}
 
+/// The statements of `n` budgets or holds spelled once, for the few a
+/// transaction of one job takes; more are spelled as they come.
+const SPELLED: usize = 4;
+
+/// What a statement of `n` budgets or holds is, spelled.
+#[derive(Debug, Clone, Copy)]
+enum Many {
     /// Opens `n` budgets (`$1`…`$n`, in the order of their names), so that
     /// each exists and, on PostgreSQL, is locked in that order until the
     /// transaction ends: the hold that follows then reads every spend
     /// committed before (each writer of spend locks the budget first).
-    pub fn open_budgets(&self, n: usize) -> String {
-        let rows: Vec<String> = (1..=n).map(|k| format!("(${k}, 0)")).collect();
-        self.spell(&format!(
-            "INSERT INTO budget_accounts (account, held) VALUES {} \
-             ON CONFLICT (account) DO UPDATE SET held = budget_accounts.held",
-            rows.join(", ")
-        ))
-    }
-
+    OpenBudgets,
     /// Holds, of each of `n` budgets (the `k`-th: budget `$4k+1`, amount
     /// `$4k+2`, limit `$4k+3`, negative for none, its spend counted from
     /// bucket `$4k+4` on), its amount more — all of them, where each has
     /// room under its limit for what it spent and holds and its amount, or
     /// none: `n` rows changed, or none.
-    pub fn hold_budgets(&self, n: usize) -> String {
-        let p = |k: usize, i: usize| format!("${}", 4 * k + i);
-        let cases: Vec<String> = (0..n)
-            .map(|k| format!("WHEN {} THEN {}", p(k, 1), p(k, 2)))
-            .collect();
-        let names: Vec<String> = (0..n).map(|k| p(k, 1)).collect();
-        let over: Vec<String> = (0..n)
-            .map(|k| {
+    HoldBudgets,
+    /// `n` reservations of attempts, each its job id, ordinal, budget,
+    /// amount, unit and bucket.
+    Reservations,
+    /// `n` holds of checks, each its id, budget, amount, unit and bucket.
+    CheckHolds,
+}
+
+impl Many {
+    fn spell(self, backend: Backend, n: usize) -> String {
+        let template = match self {
+            Many::OpenBudgets => {
+                let rows: Vec<String> = (1..=n).map(|k| format!("(${k}, 0)")).collect();
                 format!(
-                    "(b.account = {a} AND {l} >= 0 AND b.held + {m} + COALESCE((SELECT SUM(s.spent) \
-                     FROM budget_spend s WHERE s.account = {a} AND s.bucket_ms >= {f}), 0) > {l})",
-                    a = p(k, 1),
-                    m = p(k, 2),
-                    l = p(k, 3),
-                    f = p(k, 4),
+                    "INSERT INTO budget_accounts (account, held) VALUES {} \
+                     ON CONFLICT (account) DO UPDATE SET held = budget_accounts.held",
+                    rows.join(", ")
                 )
-            })
-            .collect();
-        self.spell(&format!(
-            "UPDATE budget_accounts SET held = held + CASE account {} END \
-             WHERE account IN ({}) \
-             AND NOT EXISTS (SELECT 1 FROM budget_accounts b WHERE {})",
-            cases.join(" "),
-            names.join(", "),
-            over.join(" OR "),
-        ))
+            }
+            Many::HoldBudgets => {
+                let p = |k: usize, i: usize| format!("${}", 4 * k + i);
+                let cases: Vec<String> = (0..n)
+                    .map(|k| format!("WHEN {} THEN {}", p(k, 1), p(k, 2)))
+                    .collect();
+                let names: Vec<String> = (0..n).map(|k| p(k, 1)).collect();
+                let over: Vec<String> = (0..n)
+                    .map(|k| {
+                        format!(
+                            "(b.account = {a} AND {l} >= 0 AND b.held + {m} + COALESCE((SELECT SUM(s.spent) \
+                             FROM budget_spend s WHERE s.account = {a} AND s.bucket_ms >= {f}), 0) > {l})",
+                            a = p(k, 1),
+                            m = p(k, 2),
+                            l = p(k, 3),
+                            f = p(k, 4),
+                        )
+                    })
+                    .collect();
+                format!(
+                    "UPDATE budget_accounts SET held = held + CASE account {} END \
+                     WHERE account IN ({}) \
+                     AND NOT EXISTS (SELECT 1 FROM budget_accounts b WHERE {})",
+                    cases.join(" "),
+                    names.join(", "),
+                    over.join(" OR "),
+                )
+            }
+            Many::Reservations | Many::CheckHolds => {
+                let (table, columns): (&str, &[&str]) = match self {
+                    Many::Reservations => (
+                        "reservations",
+                        &[
+                            "job_id",
+                            "ordinal",
+                            "account",
+                            "amount",
+                            "unit",
+                            "bucket_ms",
+                        ],
+                    ),
+                    _ => (
+                        "check_holds",
+                        &["id", "account", "amount", "unit", "bucket_ms"],
+                    ),
+                };
+                let width = columns.len();
+                let rows: Vec<String> = (0..n)
+                    .map(|r| {
+                        let values: Vec<String> =
+                            (1..=width).map(|i| format!("${}", r * width + i)).collect();
+                        format!("({}, {{now}})", values.join(", "))
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO {table} ({}, reserved_at_ms) VALUES {}",
+                    columns.join(", "),
+                    rows.join(", ")
+                )
+            }
+        };
+        spell(backend, &template)
+    }
+}
+
+/// Each [`Many`] spelled for 1…[`SPELLED`].
+#[derive(Debug)]
+pub struct Spelled {
+    backend: Backend,
+    statements: Vec<[String; SPELLED]>,
+}
+
+impl Spelled {
+    fn new(backend: Backend) -> Spelled {
+        let all = [
+            Many::OpenBudgets,
+            Many::HoldBudgets,
+            Many::Reservations,
+            Many::CheckHolds,
+        ];
+        Spelled {
+            backend,
+            statements: all
+                .iter()
+                .map(|many| std::array::from_fn(|i| many.spell(backend, i + 1)))
+                .collect(),
+        }
     }
 
-    /// `n` rows of holds into `table`, each `columns` (their values the
-    /// parameters, in order), then the clock as `reserved_at_ms`.
-    pub fn insert_holds(&self, table: &str, columns: &[&str], n: usize) -> String {
-        let width = columns.len();
-        let rows: Vec<String> = (0..n)
-            .map(|r| {
-                let values: Vec<String> =
-                    (1..=width).map(|i| format!("${}", r * width + i)).collect();
-                format!("({}, {{now}})", values.join(", "))
-            })
-            .collect();
-        self.spell(&format!(
-            "INSERT INTO {table} ({}, reserved_at_ms) VALUES {}",
-            columns.join(", "),
-            rows.join(", ")
-        ))
+    fn get(&self, many: Many, n: usize) -> Cow<'_, str> {
+        match n.checked_sub(1).filter(|&i| i < SPELLED) {
+            Some(i) => Cow::Borrowed(&self.statements[many as usize][i]),
+            None => Cow::Owned(many.spell(self.backend, n)),
+        }
+    }
+}
+
+impl Sql {
+    /// See [`Many::OpenBudgets`].
+    pub fn open_budgets(&self, n: usize) -> Cow<'_, str> {
+        self.spelled.get(Many::OpenBudgets, n)
+    }
+
+    /// See [`Many::HoldBudgets`].
+    pub fn hold_budgets(&self, n: usize) -> Cow<'_, str> {
+        self.spelled.get(Many::HoldBudgets, n)
+    }
+
+    /// See [`Many::Reservations`].
+    pub fn insert_reservation_rows(&self, n: usize) -> Cow<'_, str> {
+        self.spelled.get(Many::Reservations, n)
+    }
+
+    /// See [`Many::CheckHolds`].
+    pub fn insert_check_hold_rows(&self, n: usize) -> Cow<'_, str> {
+        self.spelled.get(Many::CheckHolds, n)
     }
 }
 
@@ -847,6 +938,30 @@ fn numbered_params(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statements_spelled_once_are_the_ones_spelled_as_they_come() {
+        for backend in [Backend::Sqlite, Backend::Postgres] {
+            let sql = Sql::new(backend);
+            for many in [
+                Many::OpenBudgets,
+                Many::HoldBudgets,
+                Many::Reservations,
+                Many::CheckHolds,
+            ] {
+                for n in 1..=SPELLED + 1 {
+                    assert_eq!(
+                        sql.spelled.get(many, n),
+                        many.spell(backend, n),
+                        "{many:?} {n}"
+                    );
+                }
+            }
+            // Two budgets: each named, held all or none.
+            let hold = sql.hold_budgets(2);
+            assert!(hold.contains("NOT EXISTS") && hold.matches("budget_spend").count() == 2);
+        }
+    }
 
     #[test]
     fn sqlite_parameters_are_numbered_by_their_digits() {
