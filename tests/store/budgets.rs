@@ -152,6 +152,33 @@ pub async fn two_hundred_at_once_admit_exactly_ten(db: &TestDb) {
 }
 
 /// An answer that used less than its worst case frees the rest at once: a
+/// A budget no attempt reserved of yet, beside one in use: the attempt
+/// holds both, or, where one has no room, neither.
+pub async fn a_new_budget_beside_one_in_use_is_held_with_it_or_neither(db: &TestDb) {
+    let store = db.store().await;
+    admit(&store, "first", vec![charge("acme-day", 100, 1_000)])
+        .await
+        .unwrap();
+    let both = vec![
+        charge("acme-day", 100, 1_000),
+        charge("acme-key", 50, 1_000),
+    ];
+    admit(&store, "second", both).await.unwrap();
+    let day = store.budget("acme-day", 0).await.unwrap();
+    let key = store.budget("acme-key", 0).await.unwrap();
+    assert_eq!((day.held, key.held), (200, 50));
+    // The new one without room: neither is held, and it is the one named.
+    let refused = admit(
+        &store,
+        "third",
+        vec![charge("acme-day", 100, 1_000), charge("acme-new", 50, 10)],
+    )
+    .await;
+    over_budget(refused, "acme-new");
+    assert_eq!(store.budget("acme-day", 0).await.unwrap().held, 200);
+    assert_eq!(store.budget("acme-new", 0).await.unwrap().held, 0);
+}
+
 /// A crowd that fits, with keys sent twice at once: each new attempt
 /// reserves of both its budgets once (PostgreSQL takes such a crowd in
 /// batches, their reservations held together), a replay reserves nothing,

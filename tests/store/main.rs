@@ -45,6 +45,7 @@ mod budgets_per_engine {
     surety_tests::both_engines!(budgets:
         two_hundred_at_once_admit_exactly_ten,
         a_crowd_that_fits_is_reserved_and_settled_once_each,
+        a_new_budget_beside_one_in_use_is_held_with_it_or_neither,
         an_answer_settles_to_its_usage_and_frees_the_rest,
         an_unknown_attempt_holds_its_reservation_until_resolved,
         a_keys_budget_counts_inside_its_owners,

@@ -456,7 +456,9 @@ async fn hold<C: Conn>(
         return Ok(None);
     }
     let names: Vec<Param<'_>> = sums.iter().map(|s| Text(s.budget)).collect();
-    c.execute(&sql.open_budgets(sums.len()), &names).await?;
+    if sql.lock_budgets {
+        c.execute(&sql.open_budgets(sums.len()), &names).await?;
+    }
     let params: Vec<Param<'_>> = sums
         .iter()
         .flat_map(|s| {
@@ -468,7 +470,13 @@ async fn hold<C: Conn>(
             ]
         })
         .collect();
-    let changed = c.execute(&sql.hold_budgets(sums.len()), &params).await?;
+    let mut changed = c.execute(&sql.hold_budgets(sums.len()), &params).await?;
+    if changed == 0 && !sql.lock_budgets {
+        // SQLite's lone writer opens a budget only when one is not there
+        // yet (the hold changes no row then).
+        c.execute(&sql.open_budgets(sums.len()), &names).await?;
+        changed = c.execute(&sql.hold_budgets(sums.len()), &params).await?;
+    }
     if changed == sums.len() as u64 {
         return Ok(None);
     }
@@ -650,15 +658,37 @@ async fn release<C: Conn>(c: &mut C, sql: &Sql, closed: &[Values]) -> Result<(),
         budget.0 += amount;
         *budget.1.entry(bucket).or_default() += spent;
     }
-    for (account, (amount, buckets)) in &held {
-        c.execute(&sql.release_hold, &[Text(account), Int(*amount)])
-            .await?;
-        for (bucket, spent) in buckets {
-            if *spent > 0 {
-                c.execute(&sql.add_spend, &[Text(account), Int(*bucket), Int(*spent)])
-                    .await?;
-            }
+    if held.is_empty() {
+        return Ok(());
+    }
+    if sql.lock_budgets {
+        // Each budget's row locked by a statement of its own, in name order.
+        for (account, (amount, _)) in &held {
+            c.execute(&sql.release_hold, &[Text(account), Int(*amount)])
+                .await?;
         }
+    } else {
+        let released: Vec<Param<'_>> = held
+            .iter()
+            .flat_map(|(account, (amount, _))| [Text(account), Int(*amount)])
+            .collect();
+        c.execute(&sql.release_holds(held.len()), &released).await?;
+    }
+    let spent: Vec<(&str, i64, i64)> = held
+        .iter()
+        .flat_map(|(account, (_, buckets))| {
+            buckets
+                .iter()
+                .filter(|(_, spent)| **spent > 0)
+                .map(move |(bucket, spent)| (account.as_str(), *bucket, *spent))
+        })
+        .collect();
+    if !spent.is_empty() {
+        let params: Vec<Param<'_>> = spent
+            .iter()
+            .flat_map(|(account, bucket, spent)| [Text(account), Int(*bucket), Int(*spent)])
+            .collect();
+        c.execute(&sql.add_spends(spent.len()), &params).await?;
     }
     Ok(())
 }

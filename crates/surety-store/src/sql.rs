@@ -47,6 +47,11 @@ pub struct Sql {
     /// see the module's doc). SQLite's one writer reads every guard as the
     /// last commit left it, so it reads the winner only after a loss.
     pub lock_before_swap: bool,
+    /// Whether budgets are opened, and so locked, before they are held,
+    /// and released one by one, in name order (PostgreSQL: see
+    /// [`Many::OpenBudgets`]); SQLite's lone writer opens a budget only
+    /// where it is not there yet, and releases several in one statement.
+    pub lock_budgets: bool,
     /// The statements of several budgets or holds (see [`Many`]).
     spelled: Spelled,
     /// The compare-and-swap and the winner's close in one statement, for a
@@ -439,6 +444,7 @@ impl Sql {
                 "FROM jobs WHERE id = $1",
             ),
             lock_before_swap: backend == Backend::Postgres,
+            lock_budgets: backend == Backend::Postgres,
             spelled: Spelled::new(backend),
             // Each job's row is locked first (`locked`, which reads its
             // latest version), then its attempt is closed only if still open
@@ -785,15 +791,22 @@ enum Many {
     OpenBudgets,
     /// Holds, of each of `n` budgets (the `k`-th: budget `$4k+1`, amount
     /// `$4k+2`, limit `$4k+3`, negative for none, its spend counted from
-    /// bucket `$4k+4` on), its amount more — all of them, where each has
-    /// room under its limit for what it spent and holds and its amount, or
-    /// none: `n` rows changed, or none.
+    /// bucket `$4k+4` on), its amount more — all of them, where each is
+    /// there and has room under its limit for what it spent and holds and
+    /// its amount, or none: `n` rows changed, or none.
     HoldBudgets,
     /// `n` reservations of attempts, each its job id, ordinal, budget,
     /// amount, unit and bucket.
     Reservations,
     /// `n` holds of checks, each its id, budget, amount, unit and bucket.
     CheckHolds,
+    /// Of each of `n` budgets (the `k`-th: budget `$2k+1`, amount
+    /// `$2k+2`), holds its amount less.
+    ReleaseHolds,
+    /// Records of each of `n` buckets (the `k`-th: budget `$3k+1`, bucket
+    /// `$3k+2`, amount `$3k+3`; no two the same budget and bucket) its
+    /// amount more spent.
+    AddSpends,
 }
 
 impl Many {
@@ -827,11 +840,34 @@ impl Many {
                     .collect();
                 format!(
                     "UPDATE budget_accounts SET held = held + CASE account {} END \
-                     WHERE account IN ({}) \
+                     WHERE account IN ({names}) \
+                     AND (SELECT COUNT(*) FROM budget_accounts b WHERE b.account IN ({names})) = {n} \
                      AND NOT EXISTS (SELECT 1 FROM budget_accounts b WHERE {})",
                     cases.join(" "),
-                    names.join(", "),
                     over.join(" OR "),
+                    names = names.join(", "),
+                )
+            }
+            Many::ReleaseHolds => {
+                let cases: Vec<String> = (0..n)
+                    .map(|k| format!("WHEN ${} THEN ${}", 2 * k + 1, 2 * k + 2))
+                    .collect();
+                let names: Vec<String> = (0..n).map(|k| format!("${}", 2 * k + 1)).collect();
+                format!(
+                    "UPDATE budget_accounts SET held = held - CASE account {} END \
+                     WHERE account IN ({})",
+                    cases.join(" "),
+                    names.join(", ")
+                )
+            }
+            Many::AddSpends => {
+                let rows: Vec<String> = (0..n)
+                    .map(|k| format!("(${}, ${}, ${})", 3 * k + 1, 3 * k + 2, 3 * k + 3))
+                    .collect();
+                format!(
+                    "INSERT INTO budget_spend (account, bucket_ms, spent) VALUES {} \
+                     ON CONFLICT (account, bucket_ms) DO UPDATE SET spent = budget_spend.spent + excluded.spent",
+                    rows.join(", ")
                 )
             }
             Many::Reservations | Many::CheckHolds => {
@@ -885,6 +921,8 @@ impl Spelled {
             Many::HoldBudgets,
             Many::Reservations,
             Many::CheckHolds,
+            Many::ReleaseHolds,
+            Many::AddSpends,
         ];
         Spelled {
             backend,
@@ -919,6 +957,16 @@ impl Sql {
         self.spelled.get(Many::Reservations, n)
     }
 
+    /// See [`Many::ReleaseHolds`].
+    pub fn release_holds(&self, n: usize) -> Cow<'_, str> {
+        self.spelled.get(Many::ReleaseHolds, n)
+    }
+
+    /// See [`Many::AddSpends`].
+    pub fn add_spends(&self, n: usize) -> Cow<'_, str> {
+        self.spelled.get(Many::AddSpends, n)
+    }
+
     /// See [`Many::CheckHolds`].
     pub fn insert_check_hold_rows(&self, n: usize) -> Cow<'_, str> {
         self.spelled.get(Many::CheckHolds, n)
@@ -948,6 +996,8 @@ mod tests {
                 Many::HoldBudgets,
                 Many::Reservations,
                 Many::CheckHolds,
+                Many::ReleaseHolds,
+                Many::AddSpends,
             ] {
                 for n in 1..=SPELLED + 1 {
                     assert_eq!(
