@@ -123,14 +123,19 @@ fn take_budget(
 ) -> Option<Arc<tokio::sync::Semaphore>> {
     let taken = state.inner.budgets.take(route, provider, shadow);
     if taken.is_none() {
-        state
-            .inner
-            .metrics
-            .live_budget_exhausted
-            .with_label_values(&[route])
-            .inc();
+        not_made(state, route);
     }
     taken
+}
+
+/// Counts a live check of `route` not made for want of budget.
+fn not_made(state: &AppState, route: &str) {
+    state
+        .inner
+        .metrics
+        .live_budget_exhausted
+        .with_label_values(&[route])
+        .inc();
 }
 
 /// Sends `messages` as the contract's certified request to `provider` and
@@ -230,12 +235,7 @@ async fn hold(
     match state.inner.store.hold_for_check(&id, &charges).await {
         Ok(()) => Some(Some(id)),
         Err(e) => {
-            state
-                .inner
-                .metrics
-                .live_budget_exhausted
-                .with_label_values(&[route])
-                .inc();
+            not_made(state, route);
             let refusal = state.inner.refused(&e, "", None);
             tracing::info!(%route, provider = %provider.config.id, detail = %refusal.detail, "live check not asked: no reservation of its budget");
             None
