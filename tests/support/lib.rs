@@ -342,12 +342,14 @@ impl TestDb {
             "SELECT 'attempt ' || job_id || ' ' || CAST(ordinal AS TEXT) || ' ' || state || ' ' \
              || CAST(lease_expires_at_ms AS TEXT) || ' ' || COALESCE(error, '-') FROM attempts ORDER BY job_id, ordinal",
             "SELECT 'race ' || job_id || ' ' || CAST(loser_ordinal AS TEXT) || ' ' || reason FROM races ORDER BY id",
-            "SELECT 'budget ' || account || ' ' || CAST(held AS TEXT) FROM budget_accounts ORDER BY account",
+            "SELECT 'budget ' || account FROM budget_accounts ORDER BY account",
             "SELECT 'spend ' || account || ' ' || CAST(bucket_ms AS TEXT) || ' ' || CAST(spent AS TEXT) \
              FROM budget_spend ORDER BY account, bucket_ms",
             "SELECT 'reservation ' || job_id || ' ' || CAST(ordinal AS TEXT) || ' ' || account || ' ' \
              || CAST(amount AS TEXT) || ' ' || COALESCE(CAST(spent AS TEXT), '-') FROM reservations \
              ORDER BY job_id, ordinal, account",
+            "SELECT 'check ' || id || ' ' || account || ' ' || CAST(amount AS TEXT) || ' ' \
+             || COALESCE(CAST(spent AS TEXT), '-') FROM check_holds ORDER BY id, account",
         ];
         let mut rows = Vec::new();
         for sql in queries {

@@ -442,75 +442,18 @@ fn sums<'a>(charges: impl Iterator<Item = &'a Charge>) -> Vec<Sum<'a>> {
     sums.into_values().collect()
 }
 
-/// Holds each sum of its budget, all or none: one statement opens the
-/// budgets (on PostgreSQL locking their rows, in name order, so the next
-/// statement reads every spend committed before), one guarded statement
-/// holds them, its changed rows checked. `Ok(Some(refusal))`: nothing
-/// held, and the first budget without room named.
+/// Reserves `charges` for each holder: one statement opens their budgets
+/// (on PostgreSQL locking their rows, in name order, so that two
+/// reservations of a budget take turns and the second's guard reads every
+/// hold the first committed), one guarded statement inserts every hold
+/// where no budget passes its limit with its sum, its changed rows
+/// checked. `Ok(false)`: none inserted.
 async fn hold<C: Conn>(
     c: &mut C,
     sql: &Sql,
-    sums: &[Sum<'_>],
-) -> Result<Option<StoreError>, StoreError> {
-    if sums.is_empty() {
-        return Ok(None);
-    }
-    let names: Vec<Param<'_>> = sums.iter().map(|s| Text(s.budget)).collect();
-    if sql.lock_budgets {
-        c.execute(&sql.open_budgets(sums.len()), &names).await?;
-    }
-    let params: Vec<Param<'_>> = sums
-        .iter()
-        .flat_map(|s| {
-            [
-                Text(s.budget),
-                Int(s.amount),
-                Int(s.limit),
-                Int(s.counts_from),
-            ]
-        })
-        .collect();
-    let mut changed = c.execute(&sql.hold_budgets(sums.len()), &params).await?;
-    if changed == 0 && !sql.lock_budgets {
-        // SQLite's lone writer opens a budget only when one is not there
-        // yet (the hold changes no row then).
-        c.execute(&sql.open_budgets(sums.len()), &names).await?;
-        changed = c.execute(&sql.hold_budgets(sums.len()), &params).await?;
-    }
-    if changed == sums.len() as u64 {
-        return Ok(None);
-    }
-    if changed != 0 {
-        return Err(StoreError::Corrupt(format!(
-            "{changed} of {} budgets held: a hold is all of them or none",
-            sums.len()
-        )));
-    }
-    for sum in sums {
-        let status = budget_status(c, sql, sum.budget, sum.counts_from).await?;
-        if sum.limit >= 0 && status.held + sum.amount + status.spent > sum.limit {
-            return Ok(Some(StoreError::OverBudget {
-                budget: sum.budget.to_owned(),
-                limit: sum.limit,
-                spent: status.spent,
-                held: status.held,
-                asked: sum.amount,
-                oldest_bucket_ms: status.oldest_bucket_ms,
-            }));
-        }
-    }
-    Err(StoreError::Corrupt(
-        "no budget was held, yet each had room".to_owned(),
-    ))
-}
-
-/// Records what each holder reserved of each of its charges: an attempt's
-/// reservations, or a check's holds (one statement for them all).
-async fn record<C: Conn>(
-    c: &mut C,
-    sql: &Sql,
     holders: &[(Holder<'_>, &[Charge])],
-) -> Result<(), StoreError> {
+    sums: &[Sum<'_>],
+) -> Result<bool, StoreError> {
     let each = || {
         holders
             .iter()
@@ -518,90 +461,140 @@ async fn record<C: Conn>(
     };
     let n = each().count();
     if n == 0 {
-        return Ok(());
+        return Ok(true);
     }
+    let names: Vec<Param<'_>> = sums.iter().map(|s| Text(s.budget)).collect();
+    c.execute(&sql.open_budgets(sums.len()), &names).await?;
     let attempts = holders
         .iter()
         .all(|(h, _)| matches!(h, Holder::Attempt(..)));
-    if let (true, Some(insert)) = (attempts, &sql.insert_reservations) {
-        let ids: Vec<&str> = each().map(|(h, _)| h.key()).collect();
-        let ordinals: Vec<i64> = each().map(|(h, _)| h.ordinal()).collect();
-        let budgets: Vec<&str> = each().map(|(_, c)| c.budget.as_str()).collect();
-        let amounts: Vec<i64> = each().map(|(_, c)| c.amount).collect();
-        let units: Vec<&str> = each().map(|(_, c)| c.unit.as_str()).collect();
-        let buckets: Vec<i64> = each().map(|(_, c)| c.bucket_ms).collect();
-        let params = [
-            Param::Texts(&ids),
-            Param::Ints(&ordinals),
-            Param::Texts(&budgets),
-            Param::Ints(&amounts),
-            Param::Texts(&units),
-            Param::Ints(&buckets),
-        ];
-        c.execute(insert, &params).await?;
-        return Ok(());
-    }
-    let mut params = Vec::new();
-    for (holder, charge) in each() {
-        params.extend(holder.keys());
-        params.extend([
-            Text(&charge.budget),
-            Int(charge.amount),
-            Text(charge.unit.as_str()),
-            Int(charge.bucket_ms),
-        ]);
-    }
-    let statement = match attempts {
-        true => sql.insert_reservation_rows(n),
-        false if holders.iter().all(|(h, _)| matches!(h, Holder::Check(_))) => {
-            sql.insert_check_hold_rows(n)
+    let checks = holders.iter().all(|(h, _)| matches!(h, Holder::Check(_)));
+    let inserted = match (attempts, &sql.insert_reservations) {
+        (true, Some(insert)) => {
+            let ids: Vec<&str> = each().map(|(h, _)| h.key()).collect();
+            let ordinals: Vec<i64> = each().map(|(h, _)| h.ordinal()).collect();
+            let budgets: Vec<&str> = each().map(|(_, c)| c.budget.as_str()).collect();
+            let amounts: Vec<i64> = each().map(|(_, c)| c.amount).collect();
+            let units: Vec<&str> = each().map(|(_, c)| c.unit.as_str()).collect();
+            let buckets: Vec<i64> = each().map(|(_, c)| c.bucket_ms).collect();
+            let names: Vec<&str> = sums.iter().map(|s| s.budget).collect();
+            let sums_of: Vec<i64> = sums.iter().map(|s| s.amount).collect();
+            let limits: Vec<i64> = sums.iter().map(|s| s.limit).collect();
+            let froms: Vec<i64> = sums.iter().map(|s| s.counts_from).collect();
+            let params = [
+                Param::Texts(&ids),
+                Param::Ints(&ordinals),
+                Param::Texts(&budgets),
+                Param::Ints(&amounts),
+                Param::Texts(&units),
+                Param::Ints(&buckets),
+                Param::Texts(&names),
+                Param::Ints(&sums_of),
+                Param::Ints(&limits),
+                Param::Ints(&froms),
+            ];
+            c.execute(insert, &params).await?
         }
-        false => {
+        // One holder, each of its charges of a budget of its own: the
+        // statement of `n` rows and `n` sums.
+        _ if holders.len() == 1 && sums.len() == n && (attempts || checks) => {
+            let mut params = Vec::new();
+            for (holder, charge) in each() {
+                params.extend(holder.keys());
+                params.extend([
+                    Text(&charge.budget),
+                    Int(charge.amount),
+                    Text(charge.unit.as_str()),
+                    Int(charge.bucket_ms),
+                ]);
+            }
+            for sum in sums {
+                params.extend([
+                    Text(sum.budget),
+                    Int(sum.amount),
+                    Int(sum.limit),
+                    Int(sum.counts_from),
+                ]);
+            }
+            let statement = match attempts {
+                true => sql.insert_reservation_rows(n),
+                false => sql.insert_check_hold_rows(n),
+            };
+            c.execute(&statement, &params).await?
+        }
+        _ => {
             return Err(StoreError::Corrupt(
-                "attempts and checks recorded together".to_owned(),
+                "these holds cannot be reserved in one statement".to_owned(),
             ));
         }
     };
-    c.execute(&statement, &params).await?;
-    Ok(())
+    match inserted {
+        0 => Ok(false),
+        k if k == n as u64 => Ok(true),
+        k => Err(StoreError::Corrupt(format!(
+            "{k} of {n} holds reserved: a reservation is all of them or none"
+        ))),
+    }
 }
 
-/// Reserves each charge for `holder`, all or none (see [`hold`]), and
-/// records them; over a limit, the error rolls back everything this
-/// transaction wrote (the attempt, and a new job with it).
+/// The first of `sums`' budgets (in name order) without room for its sum:
+/// why a reservation was refused, as the budget stands.
+async fn over_budget<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    sums: &[Sum<'_>],
+) -> Result<StoreError, StoreError> {
+    for sum in sums {
+        let status = budget_status(c, sql, sum.budget, sum.counts_from).await?;
+        if sum.limit >= 0 && status.held + sum.amount + status.spent > sum.limit {
+            return Ok(StoreError::OverBudget {
+                budget: sum.budget.to_owned(),
+                limit: sum.limit,
+                spent: status.spent,
+                held: status.held,
+                asked: sum.amount,
+                oldest_bucket_ms: status.oldest_bucket_ms,
+            });
+        }
+    }
+    Err(StoreError::Corrupt(
+        "a reservation was refused, yet each budget had room".to_owned(),
+    ))
+}
+
+/// Reserves each charge for `holder`, all or none (see [`hold`]); over a
+/// limit, the error rolls back everything this transaction wrote (the
+/// attempt, and a new job with it).
 pub(crate) async fn reserve<C: Conn>(
     c: &mut C,
     sql: &Sql,
     holder: Holder<'_>,
     charges: &[Charge],
 ) -> Result<(), StoreError> {
-    if let Some(refusal) = hold(c, sql, &sums(charges.iter())).await? {
-        return Err(refusal);
+    let sums = sums(charges.iter());
+    match hold(c, sql, &[(holder, charges)], &sums).await? {
+        true => Ok(()),
+        false => Err(over_budget(c, sql, &sums).await?),
     }
-    record(c, sql, &[(holder, charges)]).await
 }
 
 /// Reserves the charges of a batch's new attempts (`held`: each one's job
-/// id, ordinal and charges) as one holder would: the sum of each budget
-/// held, all or none, and every reservation recorded in one statement.
-/// `Ok(false)`: some budget had no room for the whole batch; the caller
-/// rolls it back, and each job is then reserved alone, so which of them
-/// fit is decided one by one as ever.
+/// id, ordinal and charges) as one holder would, guarded by each budget's
+/// sum (see [`hold`]). `Ok(false)`: some budget had no room for the whole
+/// batch, and nothing was reserved; the caller rolls the batch back, and
+/// each job is then reserved alone, so which of them fit is decided one by
+/// one as ever.
 pub(crate) async fn reserve_many<C: Conn>(
     c: &mut C,
     sql: &Sql,
     held: &[(&JobId, i64, &[Charge])],
 ) -> Result<bool, StoreError> {
-    let all = sums(held.iter().flat_map(|(_, _, charges)| charges.iter()));
-    if hold(c, sql, &all).await?.is_some() {
-        return Ok(false);
-    }
+    let sums = sums(held.iter().flat_map(|(_, _, charges)| charges.iter()));
     let holders: Vec<(Holder<'_>, &[Charge])> = held
         .iter()
         .map(|(id, ordinal, charges)| (Holder::Attempt(id, *ordinal), *charges))
         .collect();
-    record(c, sql, &holders).await?;
-    Ok(true)
+    hold(c, sql, &holders, &sums).await
 }
 
 /// What `spend` costs of a reservation, as the closing statements take it:
@@ -645,51 +638,26 @@ pub(crate) async fn settle_many<C: Conn>(
 }
 
 /// What closed holds (rows of budget, amount held, spent, bucket) leave:
-/// each budget, in name order, holds their amounts less and has what they
-/// spent recorded in the buckets they reserved in.
+/// each budget holds their amounts less by their closing alone (a budget's
+/// hold is summed from its open ones), and has what they spent recorded in
+/// the buckets they reserved in, in one statement.
 async fn release<C: Conn>(c: &mut C, sql: &Sql, closed: &[Values]) -> Result<(), StoreError> {
-    let mut held: BTreeMap<String, (i64, BTreeMap<i64, i64>)> = BTreeMap::new();
+    let mut spent: BTreeMap<(String, i64), i64> = BTreeMap::new();
     for row in closed {
         let account = col(row, 0, "account")?.text("account")?;
-        let amount = col(row, 1, "amount")?.int("amount")?;
-        let spent = col(row, 2, "spent")?.int("spent")?;
+        let amount = col(row, 2, "spent")?.int("spent")?;
         let bucket = col(row, 3, "bucket_ms")?.int("bucket_ms")?;
-        let budget = held.entry(account).or_default();
-        budget.0 += amount;
-        *budget.1.entry(bucket).or_default() += spent;
+        *spent.entry((account, bucket)).or_default() += amount;
     }
-    if held.is_empty() {
+    spent.retain(|_, amount| *amount > 0);
+    if spent.is_empty() {
         return Ok(());
     }
-    if sql.lock_budgets {
-        // Each budget's row locked by a statement of its own, in name order.
-        for (account, (amount, _)) in &held {
-            c.execute(&sql.release_hold, &[Text(account), Int(*amount)])
-                .await?;
-        }
-    } else {
-        let released: Vec<Param<'_>> = held
-            .iter()
-            .flat_map(|(account, (amount, _))| [Text(account), Int(*amount)])
-            .collect();
-        c.execute(&sql.release_holds(held.len()), &released).await?;
-    }
-    let spent: Vec<(&str, i64, i64)> = held
+    let params: Vec<Param<'_>> = spent
         .iter()
-        .flat_map(|(account, (_, buckets))| {
-            buckets
-                .iter()
-                .filter(|(_, spent)| **spent > 0)
-                .map(move |(bucket, spent)| (account.as_str(), *bucket, *spent))
-        })
+        .flat_map(|((account, bucket), amount)| [Text(account), Int(*bucket), Int(*amount)])
         .collect();
-    if !spent.is_empty() {
-        let params: Vec<Param<'_>> = spent
-            .iter()
-            .flat_map(|(account, bucket, spent)| [Text(account), Int(*bucket), Int(*spent)])
-            .collect();
-        c.execute(&sql.add_spends(spent.len()), &params).await?;
-    }
+    c.execute(&sql.add_spends(spent.len()), &params).await?;
     Ok(())
 }
 

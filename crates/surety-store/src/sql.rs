@@ -47,11 +47,6 @@ pub struct Sql {
     /// see the module's doc). SQLite's one writer reads every guard as the
     /// last commit left it, so it reads the winner only after a loss.
     pub lock_before_swap: bool,
-    /// Whether budgets are opened, and so locked, before they are held,
-    /// and released one by one, in name order (PostgreSQL: see
-    /// [`Many::OpenBudgets`]); SQLite's lone writer opens a budget only
-    /// where it is not there yet, and releases several in one statement.
-    pub lock_budgets: bool,
     /// The statements of several budgets or holds (see [`Many`]).
     spelled: Spelled,
     /// The compare-and-swap and the winner's close in one statement, for a
@@ -92,10 +87,6 @@ pub struct Sql {
     /// Budget `$1`: what it holds, what its buckets from `$2` on spent,
     /// what unknown attempts hold of it, and its oldest such bucket.
     pub select_budget: String,
-    /// Budget `$1` holds `$2` less.
-    pub release_hold: String,
-    /// `$3` more spent of budget `$1` in bucket `$2`.
-    pub add_spend: String,
     /// Closes attempt `$1`/`$2`'s reservations still held, each spent at
     /// `$3` micros or `$4` tokens by its unit (its whole amount when `$4`
     /// is negative): each one closed as (budget, amount held, spent,
@@ -108,7 +99,9 @@ pub struct Sql {
     pub select_reservations: String,
     /// A batch's reservations (arrays: job ids, ordinals, budgets, amounts,
     /// units, buckets), in one statement, where the engine can
-    /// (PostgreSQL).
+    /// (PostgreSQL), guarded as [`Many::Reservations`] is by each budget's
+    /// sum (arrays: budgets, amounts, limits, the buckets spend counts
+    /// from): every row inserted, or none.
     pub insert_reservations: Option<String>,
     /// Settles a batch's attempts' reservations still held (arrays: job
     /// ids, ordinals, and what each cost in micros and in tokens, both
@@ -444,7 +437,6 @@ impl Sql {
                 "FROM jobs WHERE id = $1",
             ),
             lock_before_swap: backend == Backend::Postgres,
-            lock_budgets: backend == Backend::Postgres,
             spelled: Spelled::new(backend),
             // Each job's row is locked first (`locked`, which reads its
             // latest version), then its attempt is closed only if still open
@@ -614,7 +606,7 @@ impl Sql {
                  FROM reconciliations WHERE job_id = $1 ORDER BY ordinal, n",
             ),
             select_budget: fill(
-                "SELECT b.held, \
+                &format!("SELECT CAST({} AS BIGINT) AS held, \
                      CAST(COALESCE((SELECT SUM(spent) FROM budget_spend s \
                          WHERE s.account = $1 AND s.bucket_ms >= $2), 0) AS BIGINT) AS spent, \
                      CAST(COALESCE((SELECT SUM(r.amount) FROM reservations r \
@@ -622,12 +614,7 @@ impl Sql {
                          WHERE r.account = $1 AND r.spent IS NULL AND a.state = 'unknown'), 0) AS BIGINT) AS unknown, \
                      (SELECT MIN(bucket_ms) FROM budget_spend s \
                          WHERE s.account = $1 AND s.bucket_ms >= $2 AND s.spent > 0) AS oldest \
-                 FROM budget_accounts b WHERE b.account = $1",
-            ),
-            release_hold: fill("UPDATE budget_accounts SET held = held - $2 WHERE account = $1"),
-            add_spend: fill(
-                "INSERT INTO budget_spend (account, bucket_ms, spent) VALUES ($1, $2, $3) \
-                 ON CONFLICT (account, bucket_ms) DO UPDATE SET spent = budget_spend.spent + excluded.spent",
+                 FROM budget_accounts b WHERE b.account = $1", held("$1")),
             ),
             close_reservations: closing(
                 "reservations",
@@ -645,11 +632,17 @@ impl Sql {
             ),
             insert_reservations: (backend == Backend::Postgres).then(|| {
                 fill(
-                    "INSERT INTO reservations \
-                         (job_id, ordinal, account, amount, unit, bucket_ms, reserved_at_ms) \
-                     SELECT job_id, ordinal, account, amount, unit, bucket_ms, {now} \
-                     FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], \
-                         $6::int8[]) AS i(job_id, ordinal, account, amount, unit, bucket_ms)",
+                    &format!(
+                        "INSERT INTO reservations \
+                             (job_id, ordinal, account, amount, unit, bucket_ms, reserved_at_ms) \
+                         SELECT job_id, ordinal, account, amount, unit, bucket_ms, {{now}} \
+                         FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], \
+                             $6::int8[]) AS i(job_id, ordinal, account, amount, unit, bucket_ms) \
+                         WHERE NOT EXISTS (SELECT 1 FROM unnest($7::text[], $8::int8[], \
+                             $9::int8[], $10::int8[]) AS s(account, amount, lim, from_ms) \
+                             WHERE {})",
+                        over("s.account", "s.amount", "s.lim", "s.from_ms")
+                    ),
                 )
             }),
             settle_reservations: (backend == Backend::Postgres).then(|| {
@@ -760,6 +753,29 @@ fn qualified(table: &str, columns: &str) -> String {
 
 /// PostgreSQL's `$N` as SQLite's `?N`: SQLite reads `$N` as a named
 /// parameter and numbers those by first appearance, not by `N`.
+/// What budget `account` (an SQL expression) holds: the amounts of its
+/// open reservations and checks' holds (each table's partial index on the
+/// held ones).
+fn held(account: &str) -> String {
+    format!(
+        "(COALESCE((SELECT SUM(r.amount) FROM reservations r \
+             WHERE r.account = {account} AND r.spent IS NULL), 0) \
+         + COALESCE((SELECT SUM(h.amount) FROM check_holds h \
+             WHERE h.account = {account} AND h.spent IS NULL), 0))"
+    )
+}
+
+/// Whether `amount` more of budget `account` passes its limit `limit`
+/// (negative: none) with what it holds and what it spent in its buckets
+/// from `from` on (each an SQL expression).
+fn over(account: &str, amount: &str, limit: &str, from: &str) -> String {
+    format!(
+        "({limit} >= 0 AND {held} + {amount} + COALESCE((SELECT SUM(x.spent) FROM budget_spend x \
+             WHERE x.account = {account} AND x.bucket_ms >= {from}), 0) > {limit})",
+        held = held(account)
+    )
+}
+
 /// The engine's clock, in ms since the epoch, as SQL.
 fn clock(backend: Backend) -> &'static str {
     match backend {
@@ -784,25 +800,21 @@ const SPELLED: usize = 4;
 /// What a statement of `n` budgets or holds is, spelled.
 #[derive(Debug, Clone, Copy)]
 enum Many {
-    /// Opens `n` budgets (`$1`…`$n`, in the order of their names), so that
-    /// each exists and, on PostgreSQL, is locked in that order until the
-    /// transaction ends: the hold that follows then reads every spend
-    /// committed before (each writer of spend locks the budget first).
+    /// Opens `n` budgets (`$1`…`$n`, in the order of their names), so
+    /// that each is there for its holds to name; on PostgreSQL it also
+    /// locks their rows in that order until the transaction ends, so two
+    /// reservations of a budget take turns and the guard of the second
+    /// reads every hold the first committed.
     OpenBudgets,
-    /// Holds, of each of `n` budgets (the `k`-th: budget `$4k+1`, amount
-    /// `$4k+2`, limit `$4k+3`, negative for none, its spend counted from
-    /// bucket `$4k+4` on), its amount more — all of them, where each is
-    /// there and has room under its limit for what it spent and holds and
-    /// its amount, or none: `n` rows changed, or none.
-    HoldBudgets,
-    /// `n` reservations of attempts, each its job id, ordinal, budget,
-    /// amount, unit and bucket.
+    /// `n` reservations of one attempt (the `k`-th: job id `$6k+1`,
+    /// ordinal, budget, amount, unit, bucket), each of a budget of its own,
+    /// inserted where no budget passes its limit with it (then budget
+    /// `$6n+4k+1`, amount, limit, bucket its spend counts from): all of
+    /// them, or none.
     Reservations,
-    /// `n` holds of checks, each its id, budget, amount, unit and bucket.
+    /// As `Reservations`, for one check's holds (each its id, budget,
+    /// amount, unit and bucket: `$5k+1`…).
     CheckHolds,
-    /// Of each of `n` budgets (the `k`-th: budget `$2k+1`, amount
-    /// `$2k+2`), holds its amount less.
-    ReleaseHolds,
     /// Records of each of `n` buckets (the `k`-th: budget `$3k+1`, bucket
     /// `$3k+2`, amount `$3k+3`; no two the same budget and bucket) its
     /// amount more spent.
@@ -813,51 +825,14 @@ impl Many {
     fn spell(self, backend: Backend, n: usize) -> String {
         let template = match self {
             Many::OpenBudgets => {
-                let rows: Vec<String> = (1..=n).map(|k| format!("(${k}, 0)")).collect();
+                let rows: Vec<String> = (1..=n).map(|k| format!("(${k})")).collect();
+                let then = match backend {
+                    Backend::Postgres => "DO UPDATE SET account = excluded.account",
+                    Backend::Sqlite => "DO NOTHING",
+                };
                 format!(
-                    "INSERT INTO budget_accounts (account, held) VALUES {} \
-                     ON CONFLICT (account) DO UPDATE SET held = budget_accounts.held",
+                    "INSERT INTO budget_accounts (account) VALUES {} ON CONFLICT (account) {then}",
                     rows.join(", ")
-                )
-            }
-            Many::HoldBudgets => {
-                let p = |k: usize, i: usize| format!("${}", 4 * k + i);
-                let cases: Vec<String> = (0..n)
-                    .map(|k| format!("WHEN {} THEN {}", p(k, 1), p(k, 2)))
-                    .collect();
-                let names: Vec<String> = (0..n).map(|k| p(k, 1)).collect();
-                let over: Vec<String> = (0..n)
-                    .map(|k| {
-                        format!(
-                            "(b.account = {a} AND {l} >= 0 AND b.held + {m} + COALESCE((SELECT SUM(s.spent) \
-                             FROM budget_spend s WHERE s.account = {a} AND s.bucket_ms >= {f}), 0) > {l})",
-                            a = p(k, 1),
-                            m = p(k, 2),
-                            l = p(k, 3),
-                            f = p(k, 4),
-                        )
-                    })
-                    .collect();
-                format!(
-                    "UPDATE budget_accounts SET held = held + CASE account {} END \
-                     WHERE account IN ({names}) \
-                     AND (SELECT COUNT(*) FROM budget_accounts b WHERE b.account IN ({names})) = {n} \
-                     AND NOT EXISTS (SELECT 1 FROM budget_accounts b WHERE {})",
-                    cases.join(" "),
-                    over.join(" OR "),
-                    names = names.join(", "),
-                )
-            }
-            Many::ReleaseHolds => {
-                let cases: Vec<String> = (0..n)
-                    .map(|k| format!("WHEN ${} THEN ${}", 2 * k + 1, 2 * k + 2))
-                    .collect();
-                let names: Vec<String> = (0..n).map(|k| format!("${}", 2 * k + 1)).collect();
-                format!(
-                    "UPDATE budget_accounts SET held = held - CASE account {} END \
-                     WHERE account IN ({})",
-                    cases.join(" "),
-                    names.join(", ")
                 )
             }
             Many::AddSpends => {
@@ -893,13 +868,25 @@ impl Many {
                     .map(|r| {
                         let values: Vec<String> =
                             (1..=width).map(|i| format!("${}", r * width + i)).collect();
-                        format!("({}, {{now}})", values.join(", "))
+                        format!("({})", values.join(", "))
                     })
                     .collect();
+                let sums: Vec<String> = (0..n)
+                    .map(|k| {
+                        let at = width * n + 4 * k;
+                        format!("(${}, ${}, ${}, ${})", at + 1, at + 2, at + 3, at + 4)
+                    })
+                    .collect();
+                let picked: Vec<String> = (1..=width).map(|i| format!("v.column{i}")).collect();
                 format!(
-                    "INSERT INTO {table} ({}, reserved_at_ms) VALUES {}",
+                    "INSERT INTO {table} ({}, reserved_at_ms) \
+                     SELECT {}, {{now}} FROM (VALUES {}) AS v \
+                     WHERE NOT EXISTS (SELECT 1 FROM (VALUES {}) AS s WHERE {})",
                     columns.join(", "),
-                    rows.join(", ")
+                    picked.join(", "),
+                    rows.join(", "),
+                    sums.join(", "),
+                    over("s.column1", "s.column2", "s.column3", "s.column4"),
                 )
             }
         };
@@ -918,10 +905,8 @@ impl Spelled {
     fn new(backend: Backend) -> Spelled {
         let all = [
             Many::OpenBudgets,
-            Many::HoldBudgets,
             Many::Reservations,
             Many::CheckHolds,
-            Many::ReleaseHolds,
             Many::AddSpends,
         ];
         Spelled {
@@ -947,19 +932,9 @@ impl Sql {
         self.spelled.get(Many::OpenBudgets, n)
     }
 
-    /// See [`Many::HoldBudgets`].
-    pub fn hold_budgets(&self, n: usize) -> Cow<'_, str> {
-        self.spelled.get(Many::HoldBudgets, n)
-    }
-
     /// See [`Many::Reservations`].
     pub fn insert_reservation_rows(&self, n: usize) -> Cow<'_, str> {
         self.spelled.get(Many::Reservations, n)
-    }
-
-    /// See [`Many::ReleaseHolds`].
-    pub fn release_holds(&self, n: usize) -> Cow<'_, str> {
-        self.spelled.get(Many::ReleaseHolds, n)
     }
 
     /// See [`Many::AddSpends`].
@@ -993,10 +968,8 @@ mod tests {
             let sql = Sql::new(backend);
             for many in [
                 Many::OpenBudgets,
-                Many::HoldBudgets,
                 Many::Reservations,
                 Many::CheckHolds,
-                Many::ReleaseHolds,
                 Many::AddSpends,
             ] {
                 for n in 1..=SPELLED + 1 {
@@ -1007,9 +980,9 @@ mod tests {
                     );
                 }
             }
-            // Two budgets: each named, held all or none.
-            let hold = sql.hold_budgets(2);
-            assert!(hold.contains("NOT EXISTS") && hold.matches("budget_spend").count() == 2);
+            // Two budgets: reserved of both or neither.
+            let hold = sql.insert_reservation_rows(2);
+            assert!(hold.contains("NOT EXISTS") && hold.matches("budget_spend").count() == 1);
         }
     }
 

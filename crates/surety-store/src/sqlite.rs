@@ -86,7 +86,7 @@ const RESERVED_FRACTION: i64 = 8;
 /// `migrations/sqlite/` holds SQLite's own (PostgreSQL's migrator reads
 /// only the files directly under `migrations/`), and the files named
 /// `*_postgres_*` are PostgreSQL's own, left out here.
-const MIGRATIONS: [&str; 11] = [
+const MIGRATIONS: [&str; 12] = [
     include_str!("../migrations/0001_jobs_and_attempts.sql"),
     include_str!("../migrations/0002_job_completion.sql"),
     include_str!("../migrations/0003_settled_jobs_index.sql"),
@@ -98,6 +98,7 @@ const MIGRATIONS: [&str; 11] = [
     include_str!("../migrations/0010_job_deleted.sql"),
     include_str!("../migrations/0011_reconciliation.sql"),
     include_str!("../migrations/0012_budgets.sql"),
+    include_str!("../migrations/0013_held_is_summed.sql"),
 ];
 
 /// An operation queued for the writer.
