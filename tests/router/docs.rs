@@ -44,7 +44,14 @@ fn the_configuration_page_is_a_file_the_router_reads() {
     assert_eq!(key.owner, "acme");
     assert_eq!(key.name.as_deref(), Some("acme-app"));
     let budgets: Vec<&str> = config.budgets.iter().map(|b| b.name.as_str()).collect();
-    assert_eq!(budgets, ["acme-daily", "acme-app-hourly"]);
+    assert_eq!(
+        budgets,
+        ["acme-daily", "acme-app-hourly", "language-checks"]
+    );
+    assert_eq!(
+        format!("{:?}", config.budgets[2].payer),
+        r#"Checks("language")"#
+    );
     assert_eq!(config.budgets[0].limit, 50_000_000, "50 USD, in millionths");
     let price = config.providers["claude-haiku"].price.as_ref().unwrap();
     assert_eq!(
