@@ -470,6 +470,12 @@ async fn shadowed(db: &TestDb, limit: i64) -> (FakeProvider, FakeProvider, Route
     (a, b, router)
 }
 
+/// The route's checks budget as the database holds it.
+async fn checks_budget(router: &Router) -> surety_store::BudgetStatus {
+    let store = &router.state.inner.store;
+    store.budget("language-checks", 0).await.unwrap()
+}
+
 /// What `provider`'s answered job attempts reported using, in tokens.
 fn used(router: &Router, provider: &str) -> i64 {
     let tokens = &router.state.inner.metrics.tokens;
@@ -497,13 +503,7 @@ pub async fn a_routes_live_checks_spend_its_own_budget_never_an_owners(db: &Test
         (1, 0),
         "no shadow call without its reservation"
     );
-    let checks = router
-        .state
-        .inner
-        .store
-        .budget("language-checks", 0)
-        .await
-        .unwrap();
+    let checks = checks_budget(&router).await;
     assert_eq!((checks.spent, checks.held), (0, 0));
     let first = used(&router, "fake-a");
     drop(router);
@@ -523,13 +523,7 @@ pub async fn a_routes_live_checks_spend_its_own_budget_never_an_owners(db: &Test
     };
     assert!(until(async || kept() == 1).await, "the shadow call is made");
     assert_eq!(b.calls(), 1);
-    let checks = router
-        .state
-        .inner
-        .store
-        .budget("language-checks", 0)
-        .await
-        .unwrap();
+    let checks = checks_budget(&router).await;
     let spent_by_checks = metrics
         .live_tokens
         .with_label_values(&["fake-b", "language-detect"])

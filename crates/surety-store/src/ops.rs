@@ -634,19 +634,18 @@ pub(crate) async fn settle_many<C: Conn>(
         Param::Ints(&tokens),
     ];
     let closed = c.rows(statement, &params).await?;
-    release(c, sql, &closed).await
+    record_spent(c, sql, &closed).await
 }
 
-/// What closed holds (rows of budget, amount held, spent, bucket) leave:
-/// each budget holds their amounts less by their closing alone (a budget's
-/// hold is summed from its open ones), and has what they spent recorded in
-/// the buckets they reserved in, in one statement.
-async fn release<C: Conn>(c: &mut C, sql: &Sql, closed: &[Values]) -> Result<(), StoreError> {
+/// Records what closed holds (rows of budget, spent, bucket) spent, in the
+/// buckets they reserved in, in one statement; their closing alone frees
+/// what they held (a budget's hold is summed from its open ones).
+async fn record_spent<C: Conn>(c: &mut C, sql: &Sql, closed: &[Values]) -> Result<(), StoreError> {
     let mut spent: BTreeMap<(String, i64), i64> = BTreeMap::new();
     for row in closed {
         let account = col(row, 0, "account")?.text("account")?;
-        let amount = col(row, 2, "spent")?.int("spent")?;
-        let bucket = col(row, 3, "bucket_ms")?.int("bucket_ms")?;
+        let amount = col(row, 1, "spent")?.int("spent")?;
+        let bucket = col(row, 2, "bucket_ms")?.int("bucket_ms")?;
         *spent.entry((account, bucket)).or_default() += amount;
     }
     spent.retain(|_, amount| *amount > 0);
@@ -702,7 +701,8 @@ pub(crate) async fn settle_stale_checks<C: Conn>(
 
 /// Settles what `holder` holds of each budget: one guarded statement
 /// closes its holds still open (of two settlers that both come, one closes
-/// them), each spent at `spend`, and [`release`] settles what it closed.
+/// them), each spent at `spend`, and [`record_spent`] records what it
+/// closed.
 pub(crate) async fn settle_held<C: Conn>(
     c: &mut C,
     sql: &Sql,
@@ -724,7 +724,7 @@ pub(crate) async fn settle_held<C: Conn>(
             closed
         }
     };
-    release(c, sql, &closed).await
+    record_spent(c, sql, &closed).await
 }
 
 /// Budget `budget` as the database holds it: its spend from the bucket at

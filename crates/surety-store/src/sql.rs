@@ -89,8 +89,7 @@ pub struct Sql {
     pub select_budget: String,
     /// Closes attempt `$1`/`$2`'s reservations still held, each spent at
     /// `$3` micros or `$4` tokens by its unit (its whole amount when `$4`
-    /// is negative): each one closed as (budget, amount held, spent,
-    /// bucket), none for one closed already.
+    /// is negative): each one closed as (budget, spent, bucket), none for one closed already.
     pub close_reservations: Closing,
     /// As `close_reservations`, for check `$1`'s holds (`$2` micros, `$3`
     /// tokens).
@@ -106,7 +105,7 @@ pub struct Sql {
     /// Settles a batch's attempts' reservations still held (arrays: job
     /// ids, ordinals, and what each cost in micros and in tokens, both
     /// negative for its worst case), in one guarded statement, where the
-    /// engine can (PostgreSQL): a row (budget, amount held, spent, bucket)
+    /// engine can (PostgreSQL): a row (budget, spent, bucket)
     /// for each reservation it closed, none for one closed already.
     pub settle_reservations: Option<String>,
     /// The checks holding a reservation taken more than `$1` ms ago (their
@@ -257,7 +256,7 @@ impl Sql {
                 "UPDATE {table} SET spent = {spent}, settled_at_ms = {{now}} \
                  WHERE {which} AND spent IS NULL"
             );
-            let columns = "account, amount, spent, bucket_ms";
+            let columns = "account, spent, bucket_ms";
             match backend {
                 Backend::Postgres => Closing {
                     write: fill(&format!("{close} RETURNING {columns}")),
@@ -266,7 +265,7 @@ impl Sql {
                 Backend::Sqlite => Closing {
                     write: fill(&close),
                     read_first: Some(fill(&format!(
-                        "SELECT account, amount, {spent} AS spent, bucket_ms FROM {table} \
+                        "SELECT account, {spent} AS spent, bucket_ms FROM {table} \
                          WHERE {which} AND spent IS NULL"
                     ))),
                 },
@@ -653,7 +652,7 @@ impl Sql {
                      FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[]) \
                          AS i(job_id, ordinal, micros, tokens) \
                      WHERE r.job_id = i.job_id AND r.ordinal = i.ordinal AND r.spent IS NULL \
-                     RETURNING r.account, r.amount, r.spent, r.bucket_ms",
+                     RETURNING r.account, r.spent, r.bucket_ms",
                 )
             }),
             select_reservations: fill(

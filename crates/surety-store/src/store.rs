@@ -534,12 +534,6 @@ impl Store {
             });
         }
         let insert = self.insert(new, Some(begin(start)?))?;
-        if !start.charges.is_empty() && matches!(self.engine, Engine::Sqlite(_)) {
-            // The reservation is in the job's own transaction, after its
-            // row and its attempt's: several statements.
-            let out = on_engine!(self, write, |c, sql| ops::create(c, sql, &insert))?;
-            return Ok(started(out));
-        }
         // PostgreSQL makes both in one statement (`insert_jobs_and_attempts`),
         // so it needs no transaction of its own, and shares it with every
         // other job waiting for it; with their reservations, one
@@ -551,7 +545,9 @@ impl Store {
             },
             Engine::Sqlite(_) => insert,
         };
-        let out = match insert.first.as_ref().is_some_and(|f| !f.charges.is_empty()) {
+        // A reservation is in the job's own transaction, after its row and
+        // its attempt's: several statements.
+        let out = match charged(&insert) {
             true => on_engine!(self, write, |c, sql| ops::create(c, sql, &insert))?,
             false => on_engine!(self, single, |c, sql| ops::create(c, sql, &insert))?,
         };

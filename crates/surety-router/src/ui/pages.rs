@@ -139,9 +139,7 @@ pub(super) async fn queue(State(state): State<AppState>, headers: HeaderMap) -> 
             spent: budget.say(status.spent),
             reserved: budget.say(status.held),
             held_by_unknown: budget.say(status.held_by_unknown),
-            resets: resets
-                .map(when)
-                .unwrap_or_else(|| "never (a total)".to_owned()),
+            resets: resets_at(resets),
         })
         .collect();
     page(
@@ -477,6 +475,13 @@ fn cost(state: &AppState, route: &str, provider: &str, contract: &str) -> String
 
 /// `/ui/certification/{provider}/{contract}`: one provider × contract, its
 /// certification, its demotion and its window of live results, and a way
+/// When a budget resets, in words: never for a total.
+fn resets_at(resets: Option<i64>) -> String {
+    resets
+        .map(when)
+        .unwrap_or_else(|| "never (a total)".to_owned())
+}
+
 /// to reinstate it when demoted.
 pub(super) async fn live_page(
     State(state): State<AppState>,
@@ -511,42 +516,31 @@ pub(super) async fn live_page(
         Ok(window) => window,
         Err(e) => return ApiError::from(e).into_response(),
     };
-    // Each route of this contract through this provider that runs live checks.
-    let costs = state
+    // Each route of this contract through this provider that runs live
+    // checks, and what they spent of its checks budget, beside it.
+    let live: Vec<&str> = state
         .inner
         .routes
         .values()
         .filter(|r| r.contract == *contract && r.shadow.is_some())
         .filter(|r| r.providers.iter().any(|p| p == provider))
-        .map(|r| {
-            format!(
-                "route {}: {}",
-                r.id,
-                cost(&state, &r.id, provider, contract)
-            )
-        })
-        .collect::<Vec<String>>();
-    // What they spent of each route's checks budget, beside it.
-    let mut costs = costs;
+        .map(|r| r.id.as_str())
+        .collect();
+    let mut costs: Vec<String> = live
+        .iter()
+        .map(|route| format!("route {route}: {}", cost(&state, route, provider, contract)))
+        .collect();
     for (budget, status, resets) in state.inner.spending.rows(&state.inner.store, None).await {
-        let crate::config::Payer::Checks(route) = &budget.payer else {
-            continue;
-        };
-        let ours =
-            state.inner.routes.get(route).is_some_and(|r| {
-                r.contract == *contract && r.providers.iter().any(|p| p == provider)
-            });
-        if ours {
+        if let crate::config::Payer::Checks(route) = &budget.payer
+            && live.contains(&route.as_str())
+        {
             costs.push(format!(
-                "route {route}'s checks budget `{}`: {} spent and {} held of {}; {}",
+                "route {route}'s checks budget `{}`: {} spent and {} held of {}; it resets {}",
                 budget.name,
                 budget.say(status.spent),
                 budget.say(status.held),
                 budget.say(budget.limit),
-                resets.map_or_else(
-                    || "a total: it never resets".to_owned(),
-                    |ms| format!("it resets {}", when(ms))
-                ),
+                resets_at(resets),
             ));
         }
     }
