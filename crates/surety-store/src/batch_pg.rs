@@ -117,6 +117,19 @@ async fn filler(pool: &PgPool, n: u32, state: &str, attempts: bool) {
         )
         .await
         .unwrap();
+        // Each attempt reserved of a budget, as a settling swap finds it.
+        pool.execute(
+            format!(
+                "INSERT INTO budget_accounts (account) VALUES ('filler') ON CONFLICT DO NOTHING; \
+                 INSERT INTO reservations (job_id, ordinal, account, unit, amount, bucket_ms, \
+                     reserved_at_ms) \
+                 SELECT 'filler-' || n, 1, 'filler', 'micros', 1, 0, 0 \
+                 FROM generate_series(1, {n}) AS n"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -457,9 +470,11 @@ fn array(n: usize, ty: &str, value: impl Fn(usize) -> String) -> String {
     format!("ARRAY[{}]::{ty}", values.join(", "))
 }
 
-/// Whether a plan reads a whole table of jobs or attempts.
+/// Whether a plan reads a whole table of jobs, attempts or reservations.
 fn scans_whole(plan: &str) -> bool {
-    plan.contains("Seq Scan on jobs") || plan.contains("Seq Scan on attempts")
+    ["jobs", "attempts", "reservations"]
+        .iter()
+        .any(|table| plan.contains(&format!("Seq Scan on {table}")))
 }
 
 /// The types of `complete_and_close`'s parameters, and values for `n` of
@@ -514,11 +529,19 @@ async fn a_batch_reaches_its_jobs_and_attempts_by_index_however_many_rows_there_
         return;
     };
     let swap = store.sql.complete_and_close.as_deref().unwrap();
+    let settle = store.sql.complete_and_settle.as_deref().unwrap();
     let insert = store.sql.insert_jobs_and_attempts.as_deref().unwrap();
+    let settle_types = format!("{SWAP_TYPES}, int8[], int8[]");
+    let settle_args = |n: usize| {
+        let costs = array(n, "int8[]", |_| "1".to_owned());
+        format!("{}, {costs}, {costs}", swap_args(n))
+    };
     // A plan a connection keeps for its prepared statement may be made
     // while the tables are empty, and serves it for as long as it lives.
     let swap_empty = plan(&pool, true, SWAP_TYPES, swap, &swap_args(2)).await;
     assert!(!scans_whole(&swap_empty), "{swap_empty}");
+    let settle_empty = plan(&pool, true, &settle_types, settle, &settle_args(2)).await;
+    assert!(!scans_whole(&settle_empty), "{settle_empty}");
     let insert_empty = plan(&pool, true, INSERT_TYPES, insert, &insert_args(2)).await;
     assert!(!scans_whole(&insert_empty), "{insert_empty}");
     // Many rows, and batches of the most a batch takes, planned for their
@@ -528,6 +551,8 @@ async fn a_batch_reaches_its_jobs_and_attempts_by_index_however_many_rows_there_
     for generic in [true, false] {
         let swap = plan(&pool, generic, SWAP_TYPES, swap, &swap_args(n)).await;
         assert!(!scans_whole(&swap), "{swap}");
+        let settle = plan(&pool, generic, &settle_types, settle, &settle_args(n)).await;
+        assert!(!scans_whole(&settle), "{settle}");
         let insert = plan(&pool, generic, INSERT_TYPES, insert, &insert_args(n)).await;
         assert!(!scans_whole(&insert), "{insert}");
     }

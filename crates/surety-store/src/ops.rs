@@ -607,36 +607,6 @@ fn spend_params(spend: Spend) -> (i64, i64) {
     }
 }
 
-/// Settles the reservations still held of a batch's attempts that ended
-/// (`ended`: each one's job id, ordinal and what it spent), as
-/// [`settle_held`] does each alone, with one statement closing them all
-/// (PostgreSQL).
-pub(crate) async fn settle_many<C: Conn>(
-    c: &mut C,
-    sql: &Sql,
-    ended: &[(&JobId, i64, Spend)],
-) -> Result<(), StoreError> {
-    if ended.is_empty() {
-        return Ok(());
-    }
-    let statement = sql
-        .settle_reservations
-        .as_deref()
-        .ok_or_else(|| StoreError::Corrupt("this engine settles no batch".to_owned()))?;
-    let ids: Vec<&str> = ended.iter().map(|(id, _, _)| id.0.as_str()).collect();
-    let ordinals: Vec<i64> = ended.iter().map(|(_, ordinal, _)| *ordinal).collect();
-    let micros: Vec<i64> = ended.iter().map(|(_, _, s)| spend_params(*s).0).collect();
-    let tokens: Vec<i64> = ended.iter().map(|(_, _, s)| spend_params(*s).1).collect();
-    let params = [
-        Param::Texts(&ids),
-        Param::Ints(&ordinals),
-        Param::Ints(&micros),
-        Param::Ints(&tokens),
-    ];
-    let closed = c.rows(statement, &params).await?;
-    record_spent(c, sql, &closed).await
-}
-
 /// Records what closed holds (rows of budget, spent, bucket) spent, in the
 /// buckets they reserved in, in one statement; their closing alone frees
 /// what they held (a budget's hold is summed from its open ones).
@@ -1005,16 +975,25 @@ pub(crate) async fn complete_at_once<C: Conn>(
     handle: &AttemptHandle,
     answer: &Answer,
 ) -> Result<AtOnce, StoreError> {
-    let Some(statement) = &sql.complete_and_close_one else {
+    let statement = match handle.charged {
+        true => &sql.complete_and_settle_one,
+        false => &sql.complete_and_close_one,
+    };
+    let Some(statement) = statement else {
         return Ok(None);
     };
     let (result, completion) = answer_texts(answer);
-    let params = cas_close_params(
+    let [a, b, c_, d, e, f] = cas_close_params(
         handle,
         &result,
         completion.as_deref(),
         answer.response_id.as_deref(),
     );
+    let (micros, tokens) = spend_params(Spend::of_answer(answer));
+    let params = match handle.charged {
+        true => vec![a, b, c_, d, e, f, Int(micros), Int(tokens)],
+        false => vec![a, b, c_, d, e, f],
+    };
     let rows = c.rows(statement, &params).await?;
     // The attempt closed here is among them whenever they came.
     Ok(job_rows(&rows)?.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts))))
@@ -1044,7 +1023,13 @@ pub(crate) async fn complete_many<C: Conn>(
         // The single-attempt statement: cheaper than a batch of one.
         answers[one] = complete_at_once(c, sql, &items[one].0, &items[one].1).await;
     } else {
-        let statement = sql.complete_and_close.as_deref().ok_or_else(|| {
+        // Where any reserved, the statement that settles what they reserved.
+        let settles = first.iter().any(|&i| items[i].0.charged);
+        let statement = match settles {
+            true => &sql.complete_and_settle,
+            false => &sql.complete_and_close,
+        };
+        let statement = statement.as_deref().ok_or_else(|| {
             StoreError::Corrupt("this engine has no compare-and-swap batch".to_owned())
         })?;
         let texts: Vec<(String, Option<String>)> =
@@ -1061,7 +1046,13 @@ pub(crate) async fn complete_many<C: Conn>(
             .iter()
             .map(|&i| items[i].1.response_id.as_deref())
             .collect();
-        let params = [
+        let costs: Vec<(i64, i64)> = first
+            .iter()
+            .map(|&i| spend_params(Spend::of_answer(&items[i].1)))
+            .collect();
+        let micros: Vec<i64> = costs.iter().map(|(m, _)| *m).collect();
+        let tokens: Vec<i64> = costs.iter().map(|(_, t)| *t).collect();
+        let mut params = vec![
             Param::Texts(&ids),
             Param::Ints(&versions),
             Param::Texts(&results),
@@ -1069,6 +1060,9 @@ pub(crate) async fn complete_many<C: Conn>(
             Param::OptTexts(&completions),
             Param::OptTexts(&response_ids),
         ];
+        if settles {
+            params.extend([Param::Ints(&micros), Param::Ints(&tokens)]);
+        }
         let rows = c.rows(statement, &params).await?;
         // A job's rows come together (ordered by its id, its first column).
         for rows in rows.chunk_by(|a, b| a.first() == b.first()) {

@@ -56,6 +56,12 @@ pub struct Sql {
     pub complete_and_close: Option<String>,
     /// `complete_and_close` for one attempt, its parameters single values.
     pub complete_and_close_one: Option<String>,
+    /// `complete_and_close`, and the settlement of the reservations of the
+    /// attempts it closes (two more arrays: what each answer cost in micros
+    /// and in tokens, both negative for its worst case), in one statement.
+    pub complete_and_settle: Option<String>,
+    /// `complete_and_settle` for one attempt ($7, $8: its cost).
+    pub complete_and_settle_one: Option<String>,
     pub close_attempt: String,
     pub mark_unknown: String,
     pub record_race: String,
@@ -102,12 +108,6 @@ pub struct Sql {
     /// sum (arrays: budgets, amounts, limits, the buckets spend counts
     /// from): every row inserted, or none.
     pub insert_reservations: Option<String>,
-    /// Settles a batch's attempts' reservations still held (arrays: job
-    /// ids, ordinals, and what each cost in micros and in tokens, both
-    /// negative for its worst case), in one guarded statement, where the
-    /// engine can (PostgreSQL): a row (budget, spent, bucket)
-    /// for each reservation it closed, none for one closed already.
-    pub settle_reservations: Option<String>,
     /// The checks holding a reservation taken more than `$1` ms ago (their
     /// router gone with them), at most `$2`.
     pub select_stale_checks: String,
@@ -192,6 +192,79 @@ impl Returning {
         params.get(..1).unwrap_or_default()
     }
 }
+
+/// A batch's compare-and-swap in one statement, spelled in `Sql::new`.
+/// `{arrays}` and `{names}` are the settling statement's two more inputs,
+/// `{settle}` its CTEs.
+const SWAP_MANY: &str = "WITH input AS ( \
+         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], \
+             $6::text[]{arrays}) \
+             AS i(job_id, base_version, result, ordinal, completion, response_id{names})), \
+     seen AS ( \
+         SELECT j.* FROM input i CROSS JOIN LATERAL ( \
+             SELECT id, xmin AS row_version FROM jobs WHERE id = i.job_id OFFSET 0) j), \
+     locked AS ( \
+         SELECT j.* FROM (SELECT job_id FROM input ORDER BY job_id) i \
+         CROSS JOIN LATERAL ( \
+             SELECT id, xmin AS row_version, version, completed_by FROM jobs \
+             WHERE id = i.job_id FOR UPDATE) j), \
+     closed AS ( \
+         UPDATE attempts a SET state = 'succeeded', error = NULL, finished_at_ms = {now}, \
+             provider_response_id = COALESCE(a.provider_response_id, i.response_id) \
+         FROM input i JOIN locked l ON l.id = i.job_id \
+         WHERE a.job_id = i.job_id AND a.ordinal = i.ordinal AND a.state IN {open} \
+           AND l.version = i.base_version AND l.completed_by IS NULL \
+         RETURNING {a.attempt_columns}), \
+     done AS ( \
+         UPDATE jobs j SET state = 'succeeded', result = i.result, \
+             completed_by = i.ordinal, completion = i.completion, \
+             version = j.version + 1, updated_at_ms = {now} \
+         FROM input i JOIN closed c ON c.job_id = i.job_id \
+         WHERE j.id = i.job_id \
+         RETURNING {j.job_columns}), \
+     {settle}attempt AS ( \
+         SELECT * FROM closed \
+         UNION ALL \
+         SELECT other.* FROM input i CROSS JOIN LATERAL ( \
+             SELECT {a.attempt_columns} FROM attempts a \
+             WHERE a.job_id = i.job_id AND a.ordinal <> i.ordinal OFFSET 0) other) \
+     SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
+         ON attempt.job_id = done.id \
+         AND EXISTS (SELECT 1 FROM seen JOIN locked USING (id, row_version) \
+             WHERE seen.id = done.id) \
+     ORDER BY done.id, attempt.ordinal";
+
+/// One attempt's compare-and-swap in one statement, spelled in `Sql::new`.
+const SWAP_ONE: &str = "WITH seen AS (SELECT xmin AS row_version FROM jobs WHERE id = $1), \
+     locked AS ( \
+         SELECT xmin AS row_version, version, completed_by FROM jobs \
+         WHERE id = $1 FOR UPDATE), \
+     closed AS ( \
+         UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now}, \
+             provider_response_id = COALESCE(provider_response_id, $6) \
+         WHERE job_id = $1 AND ordinal = $4 AND state IN {open} \
+         AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
+         RETURNING {attempt_columns}), \
+     done AS ( \
+         UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
+             completion = $5, version = version + 1, updated_at_ms = {now} \
+         WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
+         RETURNING {job_columns}), \
+     {settle}attempt AS ( \
+         SELECT * FROM closed \
+         UNION ALL \
+         SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal <> $4) \
+     SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
+         ON EXISTS (SELECT 1 FROM seen JOIN locked USING (row_version)) \
+     ORDER BY attempt.ordinal";
+
+/// Records what `settled` closed (rows of budget, bucket, spent) in each
+/// budget's bucket, in the buckets' order.
+const RECORDED: &str = "recorded AS ( \
+         INSERT INTO budget_spend (account, bucket_ms, spent) \
+         SELECT account, bucket_ms, CAST(SUM(spent) AS BIGINT) FROM settled \
+         GROUP BY account, bucket_ms HAVING SUM(spent) > 0 ORDER BY account, bucket_ms \
+         ON CONFLICT (account, bucket_ms) DO UPDATE SET spent = budget_spend.spent + excluded.spent), ";
 
 /// A live result's columns, in the order `trust::live_from` reads them.
 const LIVE_COLUMNS: &str = "provider, contract, route, source, outcome, detail, job_id, case_name, \
@@ -284,6 +357,58 @@ impl Sql {
                 ),
                 "{attempt_columns}",
                 "FROM attempts WHERE rowid = last_insert_rowid() AND job_id = $1",
+            )
+        };
+        // The compare-and-swap of a batch of attempts of distinct jobs, and
+        // (`settles`) the settlement of what the attempts it closes reserved
+        // (two more arrays: what each answer cost in micros and in tokens,
+        // both negative for its worst case): their reservations still open
+        // closed to that cost, and the spend recorded in each one's bucket,
+        // in the buckets' order, so two statements never wait on each other
+        // in a cycle. The answer is one statement, committed alone.
+        let swap_many = |settles: bool| {
+            let (arrays, names, settle) = match settles {
+                true => (
+                    ", $7::int8[], $8::int8[]",
+                    ", micros, tokens",
+                    "settled AS ( \
+                         UPDATE reservations r SET settled_at_ms = {now}, spent = CASE \
+                             WHEN i.tokens < 0 THEN r.amount \
+                             WHEN r.unit = 'tokens' THEN i.tokens ELSE i.micros END \
+                         FROM input i JOIN closed c ON c.job_id = i.job_id AND c.ordinal = i.ordinal \
+                         WHERE r.job_id = i.job_id AND r.ordinal = i.ordinal AND r.spent IS NULL \
+                         RETURNING r.account, r.bucket_ms, r.spent), \
+                     {recorded}",
+                ),
+                false => ("", "", ""),
+            };
+            fill(
+                &SWAP_MANY
+                    .replace("{arrays}", arrays)
+                    .replace("{names}", names)
+                    .replace("{settle}", settle)
+                    .replace("{recorded}", RECORDED),
+            )
+        };
+        // The same for one attempt, its parameters single values ($7, $8:
+        // its cost, where it `settles`).
+        let swap_one = |settles: bool| {
+            let settle = match settles {
+                true => {
+                    "settled AS ( \
+                         UPDATE reservations SET settled_at_ms = {now}, spent = CASE \
+                             WHEN $8 < 0 THEN amount WHEN unit = 'tokens' THEN $8 ELSE $7 END \
+                         WHERE job_id = $1 AND ordinal = $4 AND spent IS NULL \
+                         AND EXISTS (SELECT 1 FROM closed) \
+                         RETURNING account, bucket_ms, spent), \
+                     {recorded}"
+                }
+                false => "",
+            };
+            fill(
+                &SWAP_ONE
+                    .replace("{settle}", settle)
+                    .replace("{recorded}", RECORDED),
             )
         };
         Sql {
@@ -466,74 +591,10 @@ impl Sql {
             // matches one row in 200, so a condition on many ids at once
             // (`= ANY`, `IN`, a join) seemed to match so much of a small
             // table that it read the whole table instead.
-            complete_and_close: (backend == Backend::Postgres).then(|| {
-                fill(
-                    "WITH input AS ( \
-                         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], \
-                             $6::text[]) \
-                             AS i(job_id, base_version, result, ordinal, completion, response_id)), \
-                     seen AS ( \
-                         SELECT j.* FROM input i CROSS JOIN LATERAL ( \
-                             SELECT id, xmin AS row_version FROM jobs WHERE id = i.job_id OFFSET 0) j), \
-                     locked AS ( \
-                         SELECT j.* FROM (SELECT job_id FROM input ORDER BY job_id) i \
-                         CROSS JOIN LATERAL ( \
-                             SELECT id, xmin AS row_version, version, completed_by FROM jobs \
-                             WHERE id = i.job_id FOR UPDATE) j), \
-                     closed AS ( \
-                         UPDATE attempts a SET state = 'succeeded', error = NULL, finished_at_ms = {now}, \
-                             provider_response_id = COALESCE(a.provider_response_id, i.response_id) \
-                         FROM input i JOIN locked l ON l.id = i.job_id \
-                         WHERE a.job_id = i.job_id AND a.ordinal = i.ordinal AND a.state IN {open} \
-                           AND l.version = i.base_version AND l.completed_by IS NULL \
-                         RETURNING {a.attempt_columns}), \
-                     done AS ( \
-                         UPDATE jobs j SET state = 'succeeded', result = i.result, \
-                             completed_by = i.ordinal, completion = i.completion, \
-                             version = j.version + 1, updated_at_ms = {now} \
-                         FROM input i JOIN closed c ON c.job_id = i.job_id \
-                         WHERE j.id = i.job_id \
-                         RETURNING {j.job_columns}), \
-                     attempt AS ( \
-                         SELECT * FROM closed \
-                         UNION ALL \
-                         SELECT other.* FROM input i CROSS JOIN LATERAL ( \
-                             SELECT {a.attempt_columns} FROM attempts a \
-                             WHERE a.job_id = i.job_id AND a.ordinal <> i.ordinal OFFSET 0) other) \
-                     SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
-                         ON attempt.job_id = done.id \
-                         AND EXISTS (SELECT 1 FROM seen JOIN locked USING (id, row_version) \
-                             WHERE seen.id = done.id) \
-                     ORDER BY done.id, attempt.ordinal",
-                )
-            }),
-            // The same for one attempt, where a batch holds one.
-            complete_and_close_one: (backend == Backend::Postgres).then(|| {
-                fill(
-                    "WITH seen AS (SELECT xmin AS row_version FROM jobs WHERE id = $1), \
-                     locked AS ( \
-                         SELECT xmin AS row_version, version, completed_by FROM jobs \
-                         WHERE id = $1 FOR UPDATE), \
-                     closed AS ( \
-                         UPDATE attempts SET state = 'succeeded', error = NULL, finished_at_ms = {now}, \
-                             provider_response_id = COALESCE(provider_response_id, $6) \
-                         WHERE job_id = $1 AND ordinal = $4 AND state IN {open} \
-                         AND EXISTS (SELECT 1 FROM locked WHERE version = $2 AND completed_by IS NULL) \
-                         RETURNING {attempt_columns}), \
-                     done AS ( \
-                         UPDATE jobs SET state = 'succeeded', result = $3, completed_by = $4, \
-                             completion = $5, version = version + 1, updated_at_ms = {now} \
-                         WHERE id = $1 AND EXISTS (SELECT 1 FROM closed) \
-                         RETURNING {job_columns}), \
-                     attempt AS ( \
-                         SELECT * FROM closed \
-                         UNION ALL \
-                         SELECT {attempt_columns} FROM attempts WHERE job_id = $1 AND ordinal <> $4) \
-                     SELECT done.*, attempt.* FROM done LEFT JOIN attempt \
-                         ON EXISTS (SELECT 1 FROM seen JOIN locked USING (row_version)) \
-                     ORDER BY attempt.ordinal",
-                )
-            }),
+            complete_and_close: (backend == Backend::Postgres).then(|| swap_many(false)),
+            complete_and_settle: (backend == Backend::Postgres).then(|| swap_many(true)),
+            complete_and_close_one: (backend == Backend::Postgres).then(|| swap_one(false)),
+            complete_and_settle_one: (backend == Backend::Postgres).then(|| swap_one(true)),
             close_attempt: fill(
                 "UPDATE attempts SET state = $3, error = $4, finished_at_ms = {now}, \
                      provider_response_id = COALESCE(provider_response_id, $5) \
@@ -642,17 +703,6 @@ impl Sql {
                              WHERE {})",
                         over("s.account", "s.amount", "s.lim", "s.from_ms")
                     ),
-                )
-            }),
-            settle_reservations: (backend == Backend::Postgres).then(|| {
-                fill(
-                    "UPDATE reservations AS r SET settled_at_ms = {now}, spent = CASE \
-                         WHEN i.tokens < 0 THEN r.amount \
-                         WHEN r.unit = 'tokens' THEN i.tokens ELSE i.micros END \
-                     FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[]) \
-                         AS i(job_id, ordinal, micros, tokens) \
-                     WHERE r.job_id = i.job_id AND r.ordinal = i.ordinal AND r.spent IS NULL \
-                     RETURNING r.account, r.spent, r.bucket_ms",
                 )
             }),
             select_reservations: fill(

@@ -320,17 +320,6 @@ async fn complete_batch(
     sql: Arc<Sql>,
     items: Vec<(AttemptHandle, Answer)>,
 ) -> Vec<Result<ops::AtOnce, StoreError>> {
-    if items.iter().any(|(handle, _)| handle.charged) {
-        return match settled_together(&pool, &sql, &items).await {
-            Ok(answers) => answers,
-            Err(e) => {
-                // Nothing of it stands: each caller swaps its attempt
-                // alone, with its settlement, in a transaction of its own.
-                tracing::warn!(error = %e, attempts = items.len(), "a batch of results with reservations failed; each is swapped alone");
-                items.iter().map(|_| Ok(None)).collect()
-            }
-        };
-    }
     let mut conn = match pool.acquire().await {
         Ok(conn) => conn,
         Err(e) => return batch::none_ran(&e.into(), items.len()),
@@ -348,29 +337,6 @@ async fn complete_batch(
         answers.push(ops::complete_at_once(&mut *conn, &sql, handle, answer).await);
     }
     answers
-}
-
-/// Compare-and-swaps of attempts of which some reserved, in one
-/// transaction: the batch's statement, then the reservations of those that
-/// won settled to what their answers cost ([`ops::settle_many`]).
-async fn settled_together(
-    pool: &PgPool,
-    sql: &Sql,
-    items: &[(AttemptHandle, Answer)],
-) -> Result<Vec<Result<ops::AtOnce, StoreError>>, StoreError> {
-    let mut tx = pool
-        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
-        .await?;
-    let answers = ops::complete_many(&mut *tx, sql, items).await?;
-    let ended: Vec<_> = items
-        .iter()
-        .zip(&answers)
-        .filter(|((handle, _), won)| handle.charged && matches!(won, Ok(Some(_))))
-        .map(|((handle, answer), _)| (&handle.job_id, handle.ordinal, Spend::of_answer(answer)))
-        .collect();
-    ops::settle_many(&mut *tx, sql, &ended).await?;
-    tx.commit().await?;
-    Ok(answers)
 }
 
 /// A handle on the database; cheap to clone.
