@@ -529,3 +529,40 @@ pub async fn a_checks_hold_is_reserved_and_settled_like_an_attempts(db: &TestDb)
     assert!(store.hold_for_check("", &budget(1)).await.is_err());
     assert_eq!(store.budget("triage-checks", 0).await.unwrap().held, 0);
 }
+
+/// PostgreSQL: a reservation takes its turn on the budget's row lock and
+/// then reads what the turn before it committed. A session holds the lock
+/// while it grows an admitted job's hold to the whole limit; the next
+/// job's reservation waits for it, and once it commits is refused with
+/// the budget full. (Without the lock, the reservation would read the
+/// hold as it was committed before, 100, and be admitted.)
+pub async fn a_reservation_waits_its_turn_and_reads_what_it_committed(db: &TestDb) {
+    let store = db.store().await;
+    let first = admit(&store, "turn-1", vec![charge("acme-day", 100, 1_000)])
+        .await
+        .unwrap();
+    let mut other = db.raw.begin().await.unwrap();
+    sqlx::query("SELECT account FROM budget_accounts WHERE account = 'acme-day' FOR UPDATE")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let grown = sqlx::query("UPDATE reservations SET amount = 1000 WHERE job_id = $1")
+        .bind(&first.job_id.0)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    assert_eq!(grown.rows_affected(), 1);
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *other)
+        .await
+        .unwrap();
+    let next = tokio::spawn({
+        let store = store.clone();
+        async move { admit(&store, "turn-2", vec![charge("acme-day", 100, 1_000)]).await }
+    });
+    db.wait_until_blocked_by(pid).await;
+    other.commit().await.unwrap();
+    let (spent, held) = over_budget(next.await.unwrap(), "acme-day");
+    assert_eq!((spent, held), (0, 1_000));
+    assert_eq!(db.count("SELECT COUNT(*) FROM jobs").await, 1);
+}

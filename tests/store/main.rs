@@ -56,6 +56,15 @@ mod budgets_per_engine {
     );
 }
 
+/// PostgreSQL's turn on a budget's row lock (SQLite's one writer takes
+/// every reservation in turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_reservation_waits_its_turn_and_reads_what_it_committed() {
+    if let Some(db) = surety_tests::TestDb::new(surety_tests::Engine::Postgres).await {
+        budgets::a_reservation_waits_its_turn_and_reads_what_it_committed(&db).await;
+    }
+}
+
 /// The router's own checks and the trust they take away, per engine.
 mod trust_per_engine {
     surety_tests::both_engines!(trust:

@@ -168,10 +168,45 @@ pub(crate) async fn create_many<C: Conn>(
         // The single-job statement: cheaper than a batch of one.
         return Ok(vec![create(c, sql, one).await]);
     }
-    let statement = sql
-        .insert_jobs_and_attempts
-        .as_deref()
-        .ok_or_else(|| StoreError::Corrupt("this engine inserts no batch of jobs".to_owned()))?;
+    insert_many(c, sql, inserts, false).await
+}
+
+/// [`create_many`] with the first attempts' reservations in the same
+/// statement (`Sql::insert_jobs_attempts_and_holds`), for a batch of one
+/// too: `Ok(None)` where a budget had no room for them all, and nothing of
+/// the batch was written.
+pub(crate) async fn create_many_reserving<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    inserts: &[Insert],
+) -> Result<Option<Vec<Result<Started, StoreError>>>, StoreError> {
+    match insert_many(c, sql, inserts, true).await {
+        Err(StoreError::Database(sqlx::Error::Database(e)))
+            if e.code().as_deref() == Some(NO_ROOM) =>
+        {
+            Ok(None)
+        }
+        out => out.map(Some),
+    }
+}
+
+/// The SQLSTATE `surety_hold` raises where a budget has no room for a
+/// batch's holds (migration 0014).
+const NO_ROOM: &str = "SU429";
+
+/// The batch statement of [`create_many`], reserving the first attempts'
+/// charges in it where `reserving`.
+async fn insert_many<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    inserts: &[Insert],
+    reserving: bool,
+) -> Result<Vec<Result<Started, StoreError>>, StoreError> {
+    let statement = match reserving {
+        true => sql.insert_jobs_attempts_and_holds.as_deref(),
+        false => sql.insert_jobs_and_attempts.as_deref(),
+    }
+    .ok_or_else(|| StoreError::Corrupt("this engine inserts no batch of jobs".to_owned()))?;
     let mut firsts = Vec::with_capacity(inserts.len());
     for insert in inserts {
         firsts.push(insert.first.as_ref().ok_or_else(|| {
@@ -217,7 +252,7 @@ pub(crate) async fn create_many<C: Conn>(
         .iter()
         .map(|&i| firsts[i].trust.as_ref().map_or(0, |t| t.certified_at_ms))
         .collect();
-    let params = [
+    let mut params = vec![
         Param::Texts(&ids),
         Param::Texts(&owners),
         Param::Texts(&keys),
@@ -235,6 +270,32 @@ pub(crate) async fn create_many<C: Conn>(
         Param::OptTexts(&trusted),
         Param::Ints(&certified),
     ];
+    // Each hold names its job by its place in the arrays (from 1).
+    let charges = || {
+        order
+            .iter()
+            .enumerate()
+            .flat_map(|(at, &i)| firsts[i].charges.iter().map(move |c| (at as i64 + 1, c)))
+    };
+    let of: Vec<i64> = charges().map(|(at, _)| at).collect();
+    let budgets: Vec<&str> = charges().map(|(_, c)| c.budget.as_str()).collect();
+    let amounts: Vec<i64> = charges().map(|(_, c)| c.amount).collect();
+    let units: Vec<&str> = charges().map(|(_, c)| c.unit.as_str()).collect();
+    let buckets: Vec<i64> = charges().map(|(_, c)| c.bucket_ms).collect();
+    let sums = sums(charges().map(|(_, c)| c));
+    let (names, limits, froms) = budget_columns(&sums);
+    if reserving {
+        params.extend([
+            Param::Ints(&of),
+            Param::Texts(&budgets),
+            Param::Ints(&amounts),
+            Param::Texts(&units),
+            Param::Ints(&buckets),
+            Param::Texts(&names),
+            Param::Ints(&limits),
+            Param::Ints(&froms),
+        ]);
+    }
     // The statement's error is the batch's: it wrote nothing. Past it,
     // each item's answer is its own, so no item written is run again.
     let rows = c.rows(statement, &params).await?;
@@ -249,9 +310,10 @@ pub(crate) async fn create_many<C: Conn>(
         };
         let (job, attempt) = row.split_at(JOB_COLUMNS.min(row.len()));
         answers[at] = Some(job_from(job).and_then(|job| {
+            let charged = reserving && !firsts[at].charges.is_empty();
             Ok((
                 Created::New(job),
-                Some(handle_from(&attempt_from(attempt)?, false)),
+                Some(handle_from(&attempt_from(attempt)?, charged)),
             ))
         }));
     }
@@ -447,7 +509,8 @@ fn sums<'a>(charges: impl Iterator<Item = &'a Charge>) -> Vec<Sum<'a>> {
 /// reservations of a budget take turns and the second's guard reads every
 /// hold the first committed), one guarded statement inserts every hold
 /// where no budget passes its limit with its sum, its changed rows
-/// checked. `Ok(false)`: none inserted.
+/// checked; on PostgreSQL an attempt's holds are both in one call
+/// (`surety_hold`). `Ok(false)`: none inserted.
 async fn hold<C: Conn>(
     c: &mut C,
     sql: &Sql,
@@ -463,13 +526,12 @@ async fn hold<C: Conn>(
     if n == 0 {
         return Ok(true);
     }
-    let names: Vec<Param<'_>> = sums.iter().map(|s| Text(s.budget)).collect();
-    c.execute(&sql.open_budgets(sums.len()), &names).await?;
     let attempts = holders
         .iter()
         .all(|(h, _)| matches!(h, Holder::Attempt(..)));
     let checks = holders.iter().all(|(h, _)| matches!(h, Holder::Check(_)));
     let inserted = match (attempts, &sql.insert_reservations) {
+        // One call opens and locks the budgets, then inserts the holds.
         (true, Some(insert)) => {
             let ids: Vec<&str> = each().map(|(h, _)| h.key()).collect();
             let ordinals: Vec<i64> = each().map(|(h, _)| h.ordinal()).collect();
@@ -477,10 +539,7 @@ async fn hold<C: Conn>(
             let amounts: Vec<i64> = each().map(|(_, c)| c.amount).collect();
             let units: Vec<&str> = each().map(|(_, c)| c.unit.as_str()).collect();
             let buckets: Vec<i64> = each().map(|(_, c)| c.bucket_ms).collect();
-            let names: Vec<&str> = sums.iter().map(|s| s.budget).collect();
-            let sums_of: Vec<i64> = sums.iter().map(|s| s.amount).collect();
-            let limits: Vec<i64> = sums.iter().map(|s| s.limit).collect();
-            let froms: Vec<i64> = sums.iter().map(|s| s.counts_from).collect();
+            let (names, limits, froms) = budget_columns(sums);
             let params = [
                 Param::Texts(&ids),
                 Param::Ints(&ordinals),
@@ -489,15 +548,20 @@ async fn hold<C: Conn>(
                 Param::Texts(&units),
                 Param::Ints(&buckets),
                 Param::Texts(&names),
-                Param::Ints(&sums_of),
                 Param::Ints(&limits),
                 Param::Ints(&froms),
             ];
-            c.execute(insert, &params).await?
+            let row = c.row(insert, &params).await?.ok_or_else(|| {
+                StoreError::Corrupt("a reservation's call returned no row".to_owned())
+            })?;
+            u64::try_from(col(&row, 0, "n")?.int("n")?)
+                .map_err(|_| StoreError::Corrupt("a negative count of holds".to_owned()))?
         }
         // One holder, each of its charges of a budget of its own: the
         // statement of `n` rows and `n` sums.
         _ if holders.len() == 1 && sums.len() == n && (attempts || checks) => {
+            let names: Vec<Param<'_>> = sums.iter().map(|s| Text(s.budget)).collect();
+            c.execute(&sql.open_budgets(sums.len()), &names).await?;
             let mut params = Vec::new();
             for (holder, charge) in each() {
                 params.extend(holder.keys());
@@ -578,23 +642,14 @@ pub(crate) async fn reserve<C: Conn>(
     }
 }
 
-/// Reserves the charges of a batch's new attempts (`held`: each one's job
-/// id, ordinal and charges) as one holder would, guarded by each budget's
-/// sum (see [`hold`]). `Ok(false)`: some budget had no room for the whole
-/// batch, and nothing was reserved; the caller rolls the batch back, and
-/// each job is then reserved alone, so which of them fit is decided one by
-/// one as ever.
-pub(crate) async fn reserve_many<C: Conn>(
-    c: &mut C,
-    sql: &Sql,
-    held: &[(&JobId, i64, &[Charge])],
-) -> Result<bool, StoreError> {
-    let sums = sums(held.iter().flat_map(|(_, _, charges)| charges.iter()));
-    let holders: Vec<(Holder<'_>, &[Charge])> = held
-        .iter()
-        .map(|(id, ordinal, charges)| (Holder::Attempt(id, *ordinal), *charges))
-        .collect();
-    hold(c, sql, &holders, &sums).await
+/// `sums`' budgets as `surety_hold` takes them: names, limits, the buckets
+/// their spend counts from.
+fn budget_columns<'a>(sums: &[Sum<'a>]) -> (Vec<&'a str>, Vec<i64>, Vec<i64>) {
+    (
+        sums.iter().map(|s| s.budget).collect(),
+        sums.iter().map(|s| s.limit).collect(),
+        sums.iter().map(|s| s.counts_from).collect(),
+    )
 }
 
 /// What `spend` costs of a reservation, as the closing statements take it:

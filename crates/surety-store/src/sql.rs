@@ -24,6 +24,14 @@ pub struct Sql {
     /// engine can (PostgreSQL): a row per job inserted, its columns then its
     /// attempt's. Each of the parameters is an array, an item per job.
     pub insert_jobs_and_attempts: Option<String>,
+    /// `insert_jobs_and_attempts` with the first attempts' reservations,
+    /// in the same statement (`$17`..`$21`: each hold's job (its place in
+    /// the arrays, from 1), budget, amount, unit and bucket; `$22`..`$24`:
+    /// the budgets named, their limits and the buckets their spend counts
+    /// from): by `surety_hold` (migration 0014), which locks the budgets
+    /// and, where one has no room for them all, raises SQLSTATE SU429, so
+    /// that nothing of the statement stands.
+    pub insert_jobs_attempts_and_holds: Option<String>,
     /// `insert_jobs_and_attempts` for one job, its parameters single values.
     pub insert_job_and_attempt: Option<String>,
     pub select_job_by_key: String,
@@ -102,11 +110,12 @@ pub struct Sql {
     pub close_check_holds: Closing,
     /// Job `$1`'s reservations, by attempt and budget.
     pub select_reservations: String,
-    /// A batch's reservations (arrays: job ids, ordinals, budgets, amounts,
-    /// units, buckets), in one statement, where the engine can
-    /// (PostgreSQL), guarded as [`Many::Reservations`] is by each budget's
-    /// sum (arrays: budgets, amounts, limits, the buckets spend counts
-    /// from): every row inserted, or none.
+    /// Attempts' reservations (arrays: job ids, ordinals, budgets,
+    /// amounts, units, buckets) in one call, where the engine can
+    /// (PostgreSQL): `surety_hold` (migration 0014) opens and locks the
+    /// budgets named (arrays: budgets, limits, the buckets spend counts
+    /// from), then inserts every hold, guarded as [`Many::Reservations`]
+    /// is by each budget's sum, or none; its one column `n` says how many.
     pub insert_reservations: Option<String>,
     /// The checks holding a reservation taken more than `$1` ms ago (their
     /// router gone with them), at most `$2`.
@@ -429,38 +438,13 @@ impl Sql {
             // on each other in a cycle. A key twice in one batch, or already
             // taken, inserts nothing (ON CONFLICT); nor does a job whose
             // provider has an open demotion newer than its certification.
-            insert_jobs_and_attempts: (backend == Backend::Postgres).then(|| {
+            insert_jobs_and_attempts: (backend == Backend::Postgres)
+                .then(|| fill(&INSERT_JOBS.replace("{held}", "").replace("{with_held}", ""))),
+            insert_jobs_attempts_and_holds: (backend == Backend::Postgres).then(|| {
                 fill(
-                    "WITH input AS ( \
-                         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
-                             $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], \
-                             $11::text[], $12::text[], $13::text[], $14::int8[], $15::text[], \
-                             $16::int8[]) \
-                             WITH ORDINALITY AS i(id, owner_id, idempotency_key, route, contract, \
-                                 contract_digest, input, fingerprint, hedgeable, kind, messages, \
-                                 request, provider, lease, trusted_contract, certified_at_ms, n)), \
-                     job AS ( \
-                         INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
-                             contract_digest, input, fingerprint, hedgeable, kind, messages, request, \
-                             state, version, created_at_ms, updated_at_ms) \
-                         SELECT id, owner_id, idempotency_key, route, contract, contract_digest, \
-                             input, fingerprint, hedgeable, kind, messages, request, 'running', 0, \
-                             {now}, {now} \
-                         FROM input i \
-                         WHERE NOT EXISTS (SELECT 1 FROM demotions d WHERE d.provider = i.provider \
-                             AND d.contract = i.trusted_contract AND d.lifted_at_ms IS NULL \
-                             AND d.demoted_at_ms >= i.certified_at_ms) \
-                         ORDER BY n \
-                         ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
-                         RETURNING {job_columns}), \
-                     attempt AS ( \
-                         INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
-                             base_version, started_at_ms, lease_expires_at_ms) \
-                         SELECT job.id, 1, 0, job.hedgeable, i.provider, 'started', job.version, \
-                             {now}, {now} + i.lease \
-                         FROM job JOIN input i ON i.id = job.id \
-                         RETURNING {attempt_columns}) \
-                     SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",
+                    &INSERT_JOBS
+                        .replace("{held}", &format!(", held AS ({})", HELD))
+                        .replace("{with_held}", " CROSS JOIN held"),
                 )
             }),
             // The same for one job, where a batch holds one: cheaper per
@@ -690,21 +674,7 @@ impl Sql {
                 "SELECT DISTINCT id FROM check_holds \
                  WHERE spent IS NULL AND reserved_at_ms < {now} - $1 ORDER BY id LIMIT $2",
             ),
-            insert_reservations: (backend == Backend::Postgres).then(|| {
-                fill(
-                    &format!(
-                        "INSERT INTO reservations \
-                             (job_id, ordinal, account, amount, unit, bucket_ms, reserved_at_ms) \
-                         SELECT job_id, ordinal, account, amount, unit, bucket_ms, {{now}} \
-                         FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[], \
-                             $6::int8[]) AS i(job_id, ordinal, account, amount, unit, bucket_ms) \
-                         WHERE NOT EXISTS (SELECT 1 FROM unnest($7::text[], $8::int8[], \
-                             $9::int8[], $10::int8[]) AS s(account, amount, lim, from_ms) \
-                             WHERE {})",
-                        over("s.account", "s.amount", "s.lim", "s.from_ms")
-                    ),
-                )
-            }),
+            insert_reservations: (backend == Backend::Postgres).then(|| HOLD.to_owned()),
             select_reservations: fill(
                 "SELECT ordinal, account, unit, amount, reserved_at_ms, spent, settled_at_ms \
                  FROM reservations WHERE job_id = $1 ORDER BY ordinal, account",
@@ -799,6 +769,54 @@ fn qualified(table: &str, columns: &str) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// New jobs, each with its first attempt, in one statement (PostgreSQL);
+/// `{held}` and `{with_held}` add their reservations to it, or nothing.
+const INSERT_JOBS: &str = "WITH input AS ( \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
+             $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], \
+             $11::text[], $12::text[], $13::text[], $14::int8[], $15::text[], \
+             $16::int8[]) \
+             WITH ORDINALITY AS i(id, owner_id, idempotency_key, route, contract, \
+                 contract_digest, input, fingerprint, hedgeable, kind, messages, \
+                 request, provider, lease, trusted_contract, certified_at_ms, n)), \
+     job AS ( \
+         INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
+             contract_digest, input, fingerprint, hedgeable, kind, messages, request, \
+             state, version, created_at_ms, updated_at_ms) \
+         SELECT id, owner_id, idempotency_key, route, contract, contract_digest, \
+             input, fingerprint, hedgeable, kind, messages, request, 'running', 0, \
+             {now}, {now} \
+         FROM input i \
+         WHERE NOT EXISTS (SELECT 1 FROM demotions d WHERE d.provider = i.provider \
+             AND d.contract = i.trusted_contract AND d.lifted_at_ms IS NULL \
+             AND d.demoted_at_ms >= i.certified_at_ms) \
+         ORDER BY n \
+         ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
+         RETURNING {job_columns}), \
+     attempt AS ( \
+         INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
+             base_version, started_at_ms, lease_expires_at_ms) \
+         SELECT job.id, 1, 0, job.hedgeable, i.provider, 'started', job.version, \
+             {now}, {now} + i.lease \
+         FROM job JOIN input i ON i.id = job.id \
+         RETURNING {attempt_columns}){held} \
+     SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id{with_held}";
+
+/// `surety_hold`'s call for holds of attempts already written, its count
+/// returned (none inserted is a refusal the caller explains).
+const HOLD: &str = "SELECT surety_hold($1::text[], $2::int8[], $3::text[], $4::int8[], \
+     $5::text[], $6::int8[], $7::text[], $8::int8[], $9::int8[], false) AS n";
+
+/// The batch's holds, reserved after its attempts are inserted (they are
+/// read from `attempt`, so every one of them is in before the call).
+const HELD: &str = "SELECT surety_hold(array_agg(a.job_id ORDER BY c.k), \
+         array_agg(a.ordinal ORDER BY c.k), array_agg(c.account ORDER BY c.k), \
+         array_agg(c.amount ORDER BY c.k), array_agg(c.unit ORDER BY c.k), \
+         array_agg(c.bucket_ms ORDER BY c.k), $22::text[], $23::int8[], $24::int8[], true) AS n \
+     FROM attempt a JOIN input i ON i.id = a.job_id \
+     JOIN unnest($17::int8[], $18::text[], $19::int8[], $20::text[], $21::int8[]) \
+         WITH ORDINALITY AS c(n, account, amount, unit, bucket_ms, k) ON c.n = i.n";
 
 /// PostgreSQL's `$N` as SQLite's `?N`: SQLite reads `$N` as a named
 /// parameter and numbers those by first appearance, not by `N`.
@@ -1010,6 +1028,18 @@ fn numbered_params(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `surety_hold`'s guard (migration 0014, PostgreSQL) is the guard every
+    /// other reservation statement spells, over its sums `s`.
+    #[test]
+    fn the_hold_functions_guard_is_the_statements_guard() {
+        let migration = include_str!("../migrations/0014_hold_in_one_call.sql");
+        let guard = over("s.account", "s.amount", "s.lim", "s.from_ms");
+        assert!(
+            migration.contains(&format!("WHERE {guard});")),
+            "migration 0014's guard is not `{guard}`"
+        );
+    }
 
     #[test]
     fn statements_spelled_once_are_the_ones_spelled_as_they_come() {

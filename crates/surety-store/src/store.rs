@@ -205,8 +205,8 @@ fn started(out: Started) -> Started {
 
 /// New jobs with their first attempts, in one statement; each alone when
 /// that statement failed (writing nothing) on what may be one job's fault.
-/// Where any reserves of a budget, the batch is one transaction with its
-/// reservations ([`charged_batch`]).
+/// Where any reserves of a budget, the batch's statement holds its
+/// reservations too ([`charged_batch`]).
 pub(crate) async fn create_batch(
     pool: PgPool,
     sql: Arc<Sql>,
@@ -239,28 +239,30 @@ fn charged(insert: &Insert) -> bool {
     insert.first.as_ref().is_some_and(|f| !f.charges.is_empty())
 }
 
-/// New jobs of which some reserve, in one transaction: the batch's
-/// statement, then the sum of its new attempts' charges held of each
-/// budget by one guarded update ([`ops::reserve_many`]), then committed.
-/// Where a budget has no room for the whole batch, or the statement
-/// failed, nothing of it stands, and each job is created alone in a
-/// transaction of its own: which of them fit is decided one by one, by
-/// the rule a lone job keeps.
+/// New jobs of which some reserve, in one statement in autocommit: the
+/// batch's, its new attempts' charges held of each budget by one call that
+/// locks the budgets and guards the holds by each budget's sum
+/// ([`ops::create_many_reserving`]). Where a budget has no room for the
+/// whole batch, or the statement failed, nothing of it stands, and each job
+/// is created alone in a transaction of its own: which of them fit is
+/// decided one by one, by the rule a lone job keeps.
 async fn charged_batch(
     pool: &PgPool,
     sql: &Sql,
     inserts: &[Insert],
 ) -> Vec<Result<Started, StoreError>> {
-    if inserts.len() > 1 {
-        match together(pool, sql, inserts).await {
-            Ok(Some(answers)) => return answers,
-            Ok(None) => {}
-            Err(e) => {
-                if let Some(each) = batch::shared_failure(&e, inserts.len()) {
-                    return each;
-                }
-                tracing::warn!(error = %e, jobs = inserts.len(), "a batch of new jobs failed; each is inserted alone");
+    let together = async {
+        let mut conn = pool.acquire().await?;
+        ops::create_many_reserving(&mut *conn, sql, inserts).await
+    };
+    match together.await {
+        Ok(Some(answers)) => return answers,
+        Ok(None) => {}
+        Err(e) => {
+            if let Some(each) = batch::shared_failure(&e, inserts.len()) {
+                return each;
             }
+            tracing::warn!(error = %e, jobs = inserts.len(), "a batch of new jobs failed; each is inserted alone");
         }
     }
     let mut answers = Vec::with_capacity(inserts.len());
@@ -268,37 +270,6 @@ async fn charged_batch(
         answers.push(alone(pool, sql, insert).await);
     }
     answers
-}
-
-/// [`charged_batch`]'s one transaction: `None` where a budget had no room
-/// for the batch (rolled back).
-async fn together(
-    pool: &PgPool,
-    sql: &Sql,
-    inserts: &[Insert],
-) -> Result<Option<Vec<Result<Started, StoreError>>>, StoreError> {
-    let mut tx = pool
-        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
-        .await?;
-    let mut answers = ops::create_many(&mut *tx, sql, inserts).await?;
-    let mut held = Vec::new();
-    for (answer, insert) in answers.iter().zip(inserts) {
-        if let (Ok((Created::New(job), Some(handle))), Some(first)) = (answer, &insert.first)
-            && !first.charges.is_empty()
-        {
-            held.push((&job.id, handle.ordinal, first.charges.as_slice()));
-        }
-    }
-    if !ops::reserve_many(&mut *tx, sql, &held).await? {
-        return Ok(None);
-    }
-    tx.commit().await?;
-    for (answer, insert) in answers.iter_mut().zip(inserts) {
-        if let (Ok((_, Some(handle))), true) = (answer, charged(insert)) {
-            handle.charged = true;
-        }
-    }
-    Ok(Some(answers))
 }
 
 /// One job created in a transaction of its own, its reservation with it.
