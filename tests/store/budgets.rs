@@ -542,7 +542,7 @@ pub async fn a_reservation_waits_its_turn_and_reads_what_it_committed(db: &TestD
         .await
         .unwrap();
     let mut other = db.raw.begin().await.unwrap();
-    sqlx::query("SELECT account FROM budget_accounts WHERE account = 'acme-day' FOR UPDATE")
+    sqlx::query("SELECT account FROM budget_accounts WHERE account = 'acme-day' FOR NO KEY UPDATE")
         .execute(&mut *other)
         .await
         .unwrap();

@@ -1,6 +1,8 @@
 -- PostgreSQL only. A reservation of attempts' holds in one call: it opens
 -- the budgets named and locks their rows in name order, so two
--- reservations of a budget take turns, then inserts every hold where no
+-- reservations of a budget take turns (FOR NO KEY UPDATE: the lock two
+-- reservations cannot share, and that the foreign keys' FOR KEY SHARE of
+-- a settlement's spend rows never waits on), then inserts every hold where no
 -- budget passes its limit with the sum of these holds. The insert is a
 -- statement of its own in a VOLATILE function, so under READ COMMITTED it
 -- reads a snapshot taken after the locks were granted: every hold the
@@ -22,7 +24,9 @@ BEGIN
     END IF;
     INSERT INTO budget_accounts (account)
         SELECT b.account FROM unnest(names) AS b(account) ORDER BY b.account
-        ON CONFLICT (account) DO UPDATE SET account = excluded.account;
+        ON CONFLICT (account) DO NOTHING;
+    PERFORM 1 FROM budget_accounts
+        WHERE account = ANY (names) ORDER BY account FOR NO KEY UPDATE;
     INSERT INTO reservations
             (job_id, ordinal, account, amount, unit, bucket_ms, reserved_at_ms)
         SELECT i.job_id, i.ordinal, i.account, i.amount, i.unit, i.bucket_ms,
