@@ -278,23 +278,11 @@ async fn insert_many<C: Conn>(
             .flat_map(|(at, &i)| firsts[i].charges.iter().map(move |c| (at as i64 + 1, c)))
     };
     let of: Vec<i64> = charges().map(|(at, _)| at).collect();
-    let budgets: Vec<&str> = charges().map(|(_, c)| c.budget.as_str()).collect();
-    let amounts: Vec<i64> = charges().map(|(_, c)| c.amount).collect();
-    let units: Vec<&str> = charges().map(|(_, c)| c.unit.as_str()).collect();
-    let buckets: Vec<i64> = charges().map(|(_, c)| c.bucket_ms).collect();
     let sums = sums(charges().map(|(_, c)| c));
-    let (names, limits, froms) = budget_columns(&sums);
+    let holds = HoldColumns::of(charges().map(|(_, c)| c), &sums);
     if reserving {
-        params.extend([
-            Param::Ints(&of),
-            Param::Texts(&budgets),
-            Param::Ints(&amounts),
-            Param::Texts(&units),
-            Param::Ints(&buckets),
-            Param::Texts(&names),
-            Param::Ints(&limits),
-            Param::Ints(&froms),
-        ]);
+        params.push(Param::Ints(&of));
+        params.extend(holds.params());
     }
     // The statement's error is the batch's: it wrote nothing. Past it,
     // each item's answer is its own, so no item written is run again.
@@ -535,22 +523,9 @@ async fn hold<C: Conn>(
         (true, Some(insert)) => {
             let ids: Vec<&str> = each().map(|(h, _)| h.key()).collect();
             let ordinals: Vec<i64> = each().map(|(h, _)| h.ordinal()).collect();
-            let budgets: Vec<&str> = each().map(|(_, c)| c.budget.as_str()).collect();
-            let amounts: Vec<i64> = each().map(|(_, c)| c.amount).collect();
-            let units: Vec<&str> = each().map(|(_, c)| c.unit.as_str()).collect();
-            let buckets: Vec<i64> = each().map(|(_, c)| c.bucket_ms).collect();
-            let (names, limits, froms) = budget_columns(sums);
-            let params = [
-                Param::Texts(&ids),
-                Param::Ints(&ordinals),
-                Param::Texts(&budgets),
-                Param::Ints(&amounts),
-                Param::Texts(&units),
-                Param::Ints(&buckets),
-                Param::Texts(&names),
-                Param::Ints(&limits),
-                Param::Ints(&froms),
-            ];
+            let holds = HoldColumns::of(each().map(|(_, c)| c), sums);
+            let mut params = vec![Param::Texts(&ids), Param::Ints(&ordinals)];
+            params.extend(holds.params());
             let row = c.row(insert, &params).await?.ok_or_else(|| {
                 StoreError::Corrupt("a reservation's call returned no row".to_owned())
             })?;
@@ -642,14 +617,43 @@ pub(crate) async fn reserve<C: Conn>(
     }
 }
 
-/// `sums`' budgets as `surety_hold` takes them: names, limits, the buckets
-/// their spend counts from.
-fn budget_columns<'a>(sums: &[Sum<'a>]) -> (Vec<&'a str>, Vec<i64>, Vec<i64>) {
-    (
-        sums.iter().map(|s| s.budget).collect(),
-        sums.iter().map(|s| s.limit).collect(),
-        sums.iter().map(|s| s.counts_from).collect(),
-    )
+/// Holds and their budgets as `surety_hold` takes them, a column each:
+/// each hold's budget, amount, unit and bucket; each budget's name, limit
+/// and the bucket its spend counts from.
+struct HoldColumns<'a> {
+    budgets: Vec<&'a str>,
+    amounts: Vec<i64>,
+    units: Vec<&'static str>,
+    buckets: Vec<i64>,
+    names: Vec<&'a str>,
+    limits: Vec<i64>,
+    froms: Vec<i64>,
+}
+
+impl<'a> HoldColumns<'a> {
+    fn of(charges: impl Iterator<Item = &'a Charge> + Clone, sums: &[Sum<'a>]) -> Self {
+        HoldColumns {
+            budgets: charges.clone().map(|c| c.budget.as_str()).collect(),
+            amounts: charges.clone().map(|c| c.amount).collect(),
+            units: charges.clone().map(|c| c.unit.as_str()).collect(),
+            buckets: charges.map(|c| c.bucket_ms).collect(),
+            names: sums.iter().map(|s| s.budget).collect(),
+            limits: sums.iter().map(|s| s.limit).collect(),
+            froms: sums.iter().map(|s| s.counts_from).collect(),
+        }
+    }
+
+    fn params(&self) -> [Param<'_>; 7] {
+        [
+            Param::Texts(&self.budgets),
+            Param::Ints(&self.amounts),
+            Param::Texts(&self.units),
+            Param::Ints(&self.buckets),
+            Param::Texts(&self.names),
+            Param::Ints(&self.limits),
+            Param::Ints(&self.froms),
+        ]
+    }
 }
 
 /// What `spend` costs of a reservation, as the closing statements take it:
