@@ -62,3 +62,108 @@ fn the_configuration_page_is_a_file_the_router_reads() {
         (1_000_000, 100_000)
     );
 }
+
+/// What a page says under its `# ` title, before anything else: its
+/// opening paragraph, which must be one sentence (a capital first, one
+/// full stop, at its end) saying what the page is for.
+fn opening_sentence(page: &str) -> Result<String, String> {
+    let mut lines = page.lines();
+    if !lines.next().is_some_and(|title| title.starts_with("# ")) {
+        return Err("its first line is not a `# ` title".to_owned());
+    }
+    let paragraph: Vec<&str> = lines
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let text = paragraph.join(" ");
+    match text.chars().next() {
+        None => return Err("nothing stands under its title".to_owned()),
+        Some(c) if !c.is_uppercase() => {
+            return Err(format!("it opens with `{text}`, not a sentence"));
+        }
+        Some(_) => {}
+    }
+    if !text.ends_with('.') || text.contains(". ") {
+        return Err(format!(
+            "its opening paragraph is not one sentence: `{text}`"
+        ));
+    }
+    Ok(text)
+}
+
+#[test]
+fn an_opening_that_is_a_list_a_table_or_two_sentences_is_refused() {
+    for page in [
+        "# T\n\n- **a**: a list.\n",
+        "# T\n\n| a | b |\n",
+        "# T\n\n## Section\n",
+        "# T\n\nOne sentence. And another.\n",
+        "# T\n\nA sentence with no stop\n",
+        "T\n\nA title missing.\n",
+    ] {
+        assert!(opening_sentence(page).is_err(), "{page:?} was taken");
+    }
+    assert_eq!(
+        opening_sentence("# T\n\nThis page says\nwhat it is for.\n\nMore.\n").unwrap(),
+        "This page says what it is for."
+    );
+}
+
+/// Every page of docs/ opens, under its title, with one sentence saying
+/// what it is for.
+#[test]
+fn every_docs_page_opens_with_one_sentence_saying_what_it_is_for() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut pages = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            if let Err(why) = opening_sentence(&text) {
+                panic!("{}: {why}", path.display());
+            }
+            pages.push(path);
+        }
+    }
+    assert!(pages.len() >= 8, "docs/ holds {pages:?}");
+}
+
+/// docs/overview.md draws a job's path with where certification and live
+/// checks enter, and the README links it.
+#[test]
+fn the_overview_draws_a_jobs_path_and_the_readme_links_it() {
+    let readme = include_str!("../../README.md");
+    assert!(
+        readme.contains("(docs/overview.md)"),
+        "README does not link docs/overview.md"
+    );
+    let page = include_str!("../../docs/overview.md");
+    let diagram: String = page
+        .split("```mermaid")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/overview.md has a mermaid diagram")
+        .to_owned();
+    let mut at = 0;
+    for step in [
+        "intake",
+        "durable job",
+        "attempt",
+        "provider call",
+        "check",
+        "compare-and-swap",
+        "answer",
+    ] {
+        let found = diagram[at..]
+            .find(step)
+            .unwrap_or_else(|| panic!("the diagram has no `{step}` after the steps before it"));
+        at += found;
+    }
+    for enters in ["certification manifest", "live checks", "unknown"] {
+        assert!(
+            diagram.contains(enters),
+            "the diagram does not show `{enters}`"
+        );
+    }
+}
