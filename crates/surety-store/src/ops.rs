@@ -277,11 +277,13 @@ async fn insert_many<C: Conn>(
             .enumerate()
             .flat_map(|(at, &i)| firsts[i].charges.iter().map(move |c| (at as i64 + 1, c)))
     };
-    let of: Vec<i64> = charges().map(|(at, _)| at).collect();
-    let sums = sums(charges().map(|(_, c)| c));
-    let holds = HoldColumns::of(charges().map(|(_, c)| c), &sums);
-    if reserving {
-        params.push(Param::Ints(&of));
+    let reserved = reserving.then(|| {
+        let of: Vec<i64> = charges().map(|(at, _)| at).collect();
+        let sums = sums(charges().map(|(_, c)| c));
+        (of, HoldColumns::of(charges().map(|(_, c)| c), &sums))
+    });
+    if let Some((of, holds)) = &reserved {
+        params.push(Param::Ints(of));
         params.extend(holds.params());
     }
     // The statement's error is the batch's: it wrote nothing. Past it,
@@ -1042,17 +1044,17 @@ pub(crate) async fn complete_at_once<C: Conn>(
         return Ok(None);
     };
     let (result, completion) = answer_texts(answer);
-    let [a, b, c_, d, e, f] = cas_close_params(
+    let mut params = cas_close_params(
         handle,
         &result,
         completion.as_deref(),
         answer.response_id.as_deref(),
-    );
-    let (micros, tokens) = spend_params(Spend::of_answer(answer));
-    let params = match handle.charged {
-        true => vec![a, b, c_, d, e, f, Int(micros), Int(tokens)],
-        false => vec![a, b, c_, d, e, f],
-    };
+    )
+    .to_vec();
+    if handle.charged {
+        let (micros, tokens) = spend_params(Spend::of_answer(answer));
+        params.extend([Int(micros), Int(tokens)]);
+    }
     let rows = c.rows(statement, &params).await?;
     // The attempt closed here is among them whenever they came.
     Ok(job_rows(&rows)?.map(|(job, attempts)| (job, (!attempts.is_empty()).then_some(attempts))))
@@ -1105,12 +1107,12 @@ pub(crate) async fn complete_many<C: Conn>(
             .iter()
             .map(|&i| items[i].1.response_id.as_deref())
             .collect();
-        let costs: Vec<(i64, i64)> = first
-            .iter()
-            .map(|&i| spend_params(Spend::of_answer(&items[i].1)))
-            .collect();
-        let micros: Vec<i64> = costs.iter().map(|(m, _)| *m).collect();
-        let tokens: Vec<i64> = costs.iter().map(|(_, t)| *t).collect();
+        let costs = settles.then(|| {
+            first
+                .iter()
+                .map(|&i| spend_params(Spend::of_answer(&items[i].1)))
+                .unzip::<i64, i64, Vec<i64>, Vec<i64>>()
+        });
         let mut params = vec![
             Param::Texts(&ids),
             Param::Ints(&versions),
@@ -1119,8 +1121,8 @@ pub(crate) async fn complete_many<C: Conn>(
             Param::OptTexts(&completions),
             Param::OptTexts(&response_ids),
         ];
-        if settles {
-            params.extend([Param::Ints(&micros), Param::Ints(&tokens)]);
+        if let Some((micros, tokens)) = &costs {
+            params.extend([Param::Ints(micros), Param::Ints(tokens)]);
         }
         let rows = c.rows(statement, &params).await?;
         // A job's rows come together (ordered by its id, its first column).
