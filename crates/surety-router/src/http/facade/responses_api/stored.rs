@@ -144,12 +144,18 @@ pub async fn retrieve_response(
     flag("include_obfuscation", asked.get("include_obfuscation"))?;
     let after = match asked.get("starting_after") {
         None => None,
-        Some(n) => Some(n.parse::<u64>().map_err(|_| {
-            refuse(
-                "starting_after",
-                "`starting_after` must be an event's sequence number",
-            )
-        })?),
+        // A sequence number, in the int64 the document declares it as.
+        Some(n) => Some(
+            n.parse::<i64>()
+                .ok()
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| {
+                    refuse(
+                        "starting_after",
+                        "`starting_after` must be an event's sequence number",
+                    )
+                })?,
+        ),
     };
     // Without `stream` the whole response is the answer, as OpenAI's is:
     // `starting_after` only says where a stream resumes.
