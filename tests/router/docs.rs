@@ -167,3 +167,172 @@ fn the_overview_draws_a_jobs_path_and_the_readme_links_it() {
         );
     }
 }
+
+/// The rows of the first Markdown table in `section` whose header's first
+/// cell is `first`, each as its cells (trimmed), the header and its rule
+/// left out.
+fn table_rows(section: &str, first: &str) -> Option<Vec<Vec<String>>> {
+    let cells = |line: &str| -> Vec<String> {
+        let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+        inner.split(" | ").map(|c| c.trim().to_owned()).collect()
+    };
+    let lines: Vec<&str> = section.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with('|') && cells(l)[0] == first)?;
+    Some(
+        lines[start + 2..]
+            .iter()
+            .take_while(|l| l.trim_start().starts_with('|'))
+            .map(|l| cells(l))
+            .collect(),
+    )
+}
+
+/// The names a row's first cell gives in backticks (`` `tools`, `tool_choice` ``).
+fn backticked(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+/// Holds docs/router.md to the OpenAPI document, both ways: a `### `
+/// section per operation (`` ### `GET /v1/jobs/{id}` ``) and none besides;
+/// in each, an auth table saying `none` exactly where the document asks
+/// for no key, a row for every path, query and header parameter the
+/// document declares (in the place it declares it), a status table with
+/// exactly the document's statuses, and an example in a fenced block.
+fn reference_matches(page: &str, document: &serde_json::Value) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let mut sections = std::collections::BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in page.lines() {
+        if line.starts_with("## ") || line.starts_with("### ") {
+            current = None;
+        }
+        if let Some(title) = line.strip_prefix("### `").and_then(|t| t.strip_suffix('`')) {
+            let (method, path) = title.split_once(' ').unwrap_or((title, ""));
+            let key = (method.to_lowercase(), path.to_owned());
+            if sections.insert(key.clone(), String::new()).is_some() {
+                problems.push(format!("`{title}` has two sections"));
+            }
+            current = Some(key);
+            continue;
+        }
+        if let Some(key) = &current {
+            let text: &mut String = sections.get_mut(key).expect("inserted above");
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    let paths = document["paths"]
+        .as_object()
+        .expect("the document has paths");
+    for (path, operations) in paths {
+        for (method, operation) in operations.as_object().expect("operations") {
+            let name = format!("{} {path}", method.to_uppercase());
+            let Some(section) = sections.remove(&(method.clone(), path.clone())) else {
+                problems.push(format!("`{name}` has no section"));
+                continue;
+            };
+            let open = operation["security"] == serde_json::json!([{}]);
+            match table_rows(&section, "auth").as_deref() {
+                Some([row, ..]) if (row[0] == "none") == open => {}
+                Some(_) => problems.push(format!(
+                    "`{name}`: its auth says {}, the document {}",
+                    if open { "a key" } else { "none" },
+                    if open { "none" } else { "a key" }
+                )),
+                None => problems.push(format!("`{name}` has no auth table")),
+            }
+            let rows = table_rows(&section, "parameter").unwrap_or_default();
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                let (wanted, place) = (
+                    parameter["name"].as_str().unwrap_or_default(),
+                    parameter["in"].as_str().unwrap_or_default(),
+                );
+                let found = rows.iter().any(|row| {
+                    backticked(&row[0]).contains(&wanted)
+                        && row.get(1).map(String::as_str) == Some(place)
+                });
+                if !found {
+                    problems.push(format!(
+                        "`{name}`: no row for its {place} parameter `{wanted}`"
+                    ));
+                }
+            }
+            let mut documented: Vec<String> = operation["responses"]
+                .as_object()
+                .map(|r| r.keys().cloned().collect())
+                .unwrap_or_default();
+            documented.sort();
+            let mut listed: Vec<String> = table_rows(&section, "status")
+                .unwrap_or_default()
+                .into_iter()
+                .map(|row| row[0].clone())
+                .collect();
+            listed.sort();
+            if listed != documented {
+                problems.push(format!(
+                    "`{name}`: its statuses are {listed:?}, the document's {documented:?}"
+                ));
+            }
+            if !section.contains("\n```") {
+                problems.push(format!("`{name}` has no example"));
+            }
+        }
+    }
+    for (method, path) in sections.keys() {
+        problems.push(format!(
+            "`{} {path}` has a section but no operation in /openapi.json",
+            method.to_uppercase()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// `/openapi.json` as the router serves it (the snapshot `snapshots.rs`
+/// holds equal to the served document).
+fn served_document() -> serde_json::Value {
+    let snapshot = include_str!("snapshots/openapi.json.snap");
+    let body = snapshot
+        .splitn(3, "---\n")
+        .nth(2)
+        .expect("an insta snapshot");
+    serde_json::from_str(body).expect("the snapshot is JSON")
+}
+
+/// Every operation of `/openapi.json` has its table in docs/router.md, with
+/// its parameters and exactly its statuses, and the page documents nothing
+/// the router does not serve.
+#[test]
+fn every_endpoint_in_the_openapi_document_has_its_reference_in_router_md() {
+    let page = include_str!("../../docs/router.md");
+    if let Err(problems) = reference_matches(page, &served_document()) {
+        panic!(
+            "docs/router.md against /openapi.json:\n{}",
+            problems.join("\n")
+        );
+    }
+}
+
+#[test]
+fn a_missing_endpoint_parameter_or_status_or_an_extra_section_is_found() {
+    let page = include_str!("../../docs/router.md");
+    let document = served_document();
+    let problems = |page: &str| reference_matches(page, &document).unwrap_err().join("\n");
+    let without_budget = page.replace("### `GET /v1/budget`", "### the budget");
+    assert!(problems(&without_budget).contains("`GET /v1/budget` has no section"));
+    let extra = format!("{page}\n### `GET /v1/nothing`\n");
+    assert!(problems(&extra).contains("`GET /v1/nothing` has a section but no operation"));
+    let no_prefer = page.replace("| `Prefer` | header |", "| `Prefers` | header |");
+    assert!(
+        problems(&no_prefer).contains("`POST /v1/jobs`: no row for its header parameter `Prefer`")
+    );
+    let no_507 = page.replacen("| 507 | the database is full |\n", "", 1);
+    assert!(problems(&no_507).contains("`POST /v1/jobs`: its statuses are"));
+    let open_jobs = page.replacen("| an API key | `{\"route\"", "| none | `{\"route\"", 1);
+    assert!(problems(&open_jobs).contains("`POST /v1/jobs`: its auth says"));
+}
