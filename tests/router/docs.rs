@@ -336,3 +336,51 @@ fn a_missing_endpoint_parameter_or_status_or_an_extra_section_is_found() {
     let open_jobs = page.replacen("| an API key | `{\"route\"", "| none | `{\"route\"", 1);
     assert!(problems(&open_jobs).contains("`POST /v1/jobs`: its auth says"));
 }
+
+/// docs/operations.md's performance section is the figures that stand
+/// now: at most two screens (60 lines), the command that makes them, the
+/// benchmark's charts (committed beside it), and a link to the notes that
+/// keep the history.
+#[test]
+fn the_performance_section_fits_two_screens_and_shows_the_charts() {
+    let page = include_str!("../../docs/operations.md");
+    let section: Vec<&str> = page
+        .lines()
+        .skip_while(|l| *l != "## Performance")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .collect();
+    assert!(
+        !section.is_empty(),
+        "docs/operations.md has no `## Performance`"
+    );
+    assert!(
+        section.len() <= 60,
+        "the performance section is {} lines, more than two screens",
+        section.len()
+    );
+    let text = section.join("\n");
+    assert!(text.contains("cargo xtask bench router"), "no command");
+    assert!(
+        text.contains("(performance-notes.md)"),
+        "no link to the notes"
+    );
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    for chart in ["router-throughput.svg", "router-latency.svg"] {
+        assert!(
+            text.contains(&format!("](figures/{chart})")),
+            "the section does not show {chart}"
+        );
+        let svg = std::fs::read_to_string(docs.join("figures").join(chart))
+            .unwrap_or_else(|e| panic!("docs/figures/{chart}: {e}"));
+        assert!(
+            svg.starts_with("<svg"),
+            "docs/figures/{chart} is not an SVG"
+        );
+    }
+    let notes = include_str!("../../docs/performance-notes.md");
+    assert!(
+        notes.lines().count() > section.len(),
+        "the history is in the notes"
+    );
+}

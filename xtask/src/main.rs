@@ -25,6 +25,7 @@ use anyhow::{Context, Result, bail};
 
 mod local_provider;
 mod openapi;
+mod plots;
 mod profile;
 
 const USAGE: &str = "usage: cargo xtask <command>
@@ -36,7 +37,12 @@ commands:
                  the router benchmark: jobs/s and p50/p99 through `surety serve` beside the fake
                  upstream alone, closed and open loop, SQLite and PostgreSQL, router CPU per job
                  and RSS; with --compare, GIT-REF's release build and the work tree's alternate
-                 in each cell (ABAB) and the ratios are printed
+                 in each cell (ABAB) and the ratios are printed; the report is drawn as SVG
+                 charts beside target/bench/router.json
+  bench charts [--docs]
+                 draws target/bench/router.json again as SVG charts beside it (bench router does
+                 so after each run): router-throughput.svg, router-latency.svg and, after
+                 --compare, router-compare.svg; with --docs also into docs/figures
   profile router the release router under `bench router`'s closed 64-client cell on SQLite
                  (SURETY_BENCH_ENGINES / SURETY_BENCH_CELLS / SURETY_BENCH_SECS choose another),
                  sampled by Linux perf: target/profile/router.svg (a flame graph) and the
@@ -74,6 +80,8 @@ fn main() -> Result<()> {
         ["bench", "store"] => bench_store(&root),
         ["bench", "router"] => bench_router(&root, None),
         ["bench", "router", "--compare", base] => bench_router(&root, Some(base)),
+        ["bench", "charts"] => router_charts(&root, None),
+        ["bench", "charts", "--docs"] => router_charts(&root, Some(&root.join("docs/figures"))),
         ["chaos"] => chaos(&root),
         ["profile", "router"] => profile::router(&root),
         ["local-provider"] => {
@@ -415,7 +423,35 @@ fn bench_router(root: &Path, compare: Option<&str>) -> Result<()> {
         env.push(("SURETY_BASE_NAME", name.into()));
     }
     let env: Vec<(&str, &std::ffi::OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
-    bench(root, "router", &env)
+    bench(root, "router", &env)?;
+    router_charts(root, None)
+}
+
+/// Draws `target/bench/router.json` as SVG charts beside it and, given
+/// `docs`, into that directory too (docs/figures, which docs/operations.md
+/// shows).
+fn router_charts(root: &Path, docs: Option<&Path>) -> Result<()> {
+    let dir = target_dir(root).join("bench");
+    let report_path = dir.join("router.json");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).with_context(|| {
+            format!(
+                "reading {} (run `cargo xtask bench router` first)",
+                report_path.display()
+            )
+        })?)
+        .with_context(|| format!("{} is not JSON", report_path.display()))?;
+    print!("{}", plots::tables(&report));
+    for path in plots::write(&report, &dir)? {
+        println!("chart: {}", path.display());
+        if let Some(docs) = docs {
+            let to = docs.join(path.file_name().context("a chart has a file name")?);
+            std::fs::create_dir_all(docs)?;
+            std::fs::copy(&path, &to).with_context(|| format!("copying to {}", to.display()))?;
+            println!("chart: {}", to.display());
+        }
+    }
+    Ok(())
 }
 
 /// `surety` as `git_ref` builds it in release: the commit checked out
