@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider, Keep, Script, When};
+use surety_harness::progress::Progress;
 use surety_tests::chaos::{self, Audit, Books, Load, MachineCpu};
 use surety_tests::serve::{self, FLOOD_KEY, KEY, RouterProcess};
 use surety_tests::{Engine, TestDb};
@@ -287,15 +288,36 @@ async fn main() {
     let sustained = env_secs("SURETY_CHAOS_SUSTAINED_SECS", 120.0);
     let mut rows: Vec<Row> = Vec::new();
     println!("chaos: {length:?} per scenario, {sustained:?} of sustained load on SQLite");
-    let started = Instant::now();
-    let progress = |rows: &[Row]| {
+    // Where the run is: a bar on a terminal, a line per scenario off one.
+    const FAULTS: [&str; 8] = [
+        "crash-loop",
+        "crash-reconcile",
+        "database-outage",
+        "database-full",
+        "hostile-providers",
+        "hostile-clients",
+        "sustained",
+        "pruning",
+    ];
+    let runs_on = |engine: Engine, fault: &str| match fault {
+        "database-outage" => engine == Engine::Postgres,
+        "database-full" => engine == Engine::Sqlite,
+        _ => true,
+    };
+    let total = [(Engine::Sqlite, "sqlite"), (Engine::Postgres, "postgres")]
+        .into_iter()
+        .filter(|(_, name)| chosen("SURETY_CHAOS_ENGINES", name))
+        .map(|(engine, _)| {
+            FAULTS
+                .iter()
+                .filter(|f| runs_on(engine, f) && chosen("SURETY_CHAOS_SCENARIOS", f))
+                .count()
+        })
+        .sum::<usize>();
+    let mut bar = Progress::new("chaos", total as u64);
+    let mut progress = |rows: &[Row]| {
         if let Some(r) = rows.last() {
-            eprintln!(
-                "chaos: {} on {} done at {:?}",
-                r.fault,
-                r.engine,
-                started.elapsed()
-            );
+            bar.advance(1, &format!("{} on {}", r.fault, r.engine), true);
         }
     };
     for engine in [Engine::Sqlite, Engine::Postgres] {
@@ -374,6 +396,7 @@ async fn main() {
             progress(&rows);
         }
     }
+    bar.finish();
     print_table(&rows);
     let out = std::env::var("SURETY_CHAOS_OUT")
         .map(PathBuf::from)

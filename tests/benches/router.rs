@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use reqwest::Client;
 use serde_json::{Value, json};
 use surety_fake_provider::{Behavior, FakeProvider, Keep, Script};
+use surety_harness::progress::Progress;
 use surety_tests::serve::{self, KEY, RouterProcess};
 use surety_tests::{Engine, TestDb};
 
@@ -341,6 +342,34 @@ async fn run() {
             "database_connections = 32\n",
         ),
     ];
+    // Where the run is: a bar on a terminal, a line per cell off one.
+    let load_labels: Vec<String> = CLIENTS
+        .iter()
+        .map(|c| format!("closed {c}"))
+        .chain(RATES.iter().map(|r| format!("open {r}/s")))
+        .collect();
+    const SPECIAL: [&str; 4] = ["streams", "dialects", "shadow", "budgets"];
+    let total = engines
+        .iter()
+        .filter(|(_, name, _)| chosen("SURETY_BENCH_ENGINES", name))
+        .map(|_| {
+            load_labels
+                .iter()
+                .filter(|l| chosen("SURETY_BENCH_CELLS", l))
+                .count()
+        })
+        .sum::<usize>()
+        + ["sqlite", "postgres"]
+            .iter()
+            .filter(|name| chosen("SURETY_BENCH_ENGINES", name))
+            .map(|_| {
+                SPECIAL
+                    .iter()
+                    .filter(|c| chosen("SURETY_BENCH_CELLS", c))
+                    .count()
+            })
+            .sum::<usize>();
+    let mut progress = Progress::new("bench router", total as u64);
     for (engine, name, server) in engines {
         if !chosen("SURETY_BENCH_ENGINES", name) {
             continue;
@@ -521,6 +550,7 @@ async fn run() {
                 cell["ratio_head_to_base"] = ratio;
             }
             cells.push(cell);
+            progress.advance(1, &format!("{name} {label}"), true);
         }
         for (build, (router, _, _)) in builds.iter().zip(&routers) {
             let rss = router.rss_kib();
@@ -572,20 +602,29 @@ async fn run() {
     }
     let head = &builds[builds.len() - 1].bin;
     for (engine, name) in [(Engine::Sqlite, "sqlite"), (Engine::Postgres, "postgres")] {
-        if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "streams") {
-            cells.extend(streams(head, &repo, &fake, engine, name).await);
+        if !chosen("SURETY_BENCH_ENGINES", name) {
+            continue;
         }
-        if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "dialects") {
-            cells.extend(dialects(head, &repo, &fake, engine, name, counter_base()).await);
-        }
-        if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "shadow") {
-            cells.extend(shadow_cost(head, &repo, &client, engine, name, counter_base()).await);
-        }
-        if chosen("SURETY_BENCH_ENGINES", name) && chosen("SURETY_BENCH_CELLS", "budgets") {
-            let cell = (&fake, engine, name);
-            cells.extend(budgets_cost(head, &repo, &client, cell, counter_base()).await);
+        for special in SPECIAL.iter().filter(|c| chosen("SURETY_BENCH_CELLS", c)) {
+            match *special {
+                "streams" => cells.extend(streams(head, &repo, &fake, engine, name).await),
+                "dialects" => {
+                    cells.extend(dialects(head, &repo, &fake, engine, name, counter_base()).await);
+                }
+                "shadow" => {
+                    cells.extend(
+                        shadow_cost(head, &repo, &client, engine, name, counter_base()).await,
+                    );
+                }
+                _ => {
+                    let cell = (&fake, engine, name);
+                    cells.extend(budgets_cost(head, &repo, &client, cell, counter_base()).await);
+                }
+            }
+            progress.advance(1, &format!("{name} {special}"), true);
         }
     }
+    progress.finish();
     println!(
         "targets: >= 8000 jobs/s on SQLite and >= 3000 on PostgreSQL at 64 clients; p99 added <= 1 ms at 500 jobs/s on SQLite (see the JSON)"
     );

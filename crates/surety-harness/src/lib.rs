@@ -10,6 +10,7 @@
 pub mod config;
 pub mod golden;
 pub mod lint;
+pub mod progress;
 mod reach;
 pub mod report;
 pub mod tokenizer;

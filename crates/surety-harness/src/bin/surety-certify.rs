@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use surety_contracts::Contract;
 use surety_harness::config::CertifyConfig;
+use surety_harness::progress::Progress;
 use surety_harness::{Certification, ContractResult, report};
 use surety_manifest::{Current, Eligibility, Manifest};
 use surety_providers::build_provider;
@@ -230,14 +230,12 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
             .iter()
             .map(|c| c.cases.len() as u64 * u64::from(c.sampling.samples))
             .sum();
-        let bar = ProgressBar::new(total);
-        bar.set_style(
-            ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg}")
-                .map_err(|e| CouldNotRun(e.into()))?
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(target.clone());
-        let progress = bar.clone();
+        // A bar on a terminal; off one, a line as each case's samples are done.
+        let bar = Arc::new(std::sync::Mutex::new(Samples::new(
+            Progress::new(format!("certify {target}"), total),
+            &selected,
+        )));
+        let progress = Arc::clone(&bar);
         let certification = Certification {
             provider: Arc::clone(&provider),
             config: provider_config.clone(),
@@ -245,22 +243,27 @@ async fn certify(args: CertifyArgs) -> Result<bool, CouldNotRun> {
             accept: args.accept,
             retry: surety_harness::RetryBudget::default(),
             on_sample: Box::new(move |contract, case| {
-                progress.set_message(format!("{contract}/{case}"));
-                progress.inc(1);
+                if let Ok(mut samples) = progress.lock() {
+                    samples.sample(contract, case);
+                }
             }),
         };
         let results = match certification.run(&selected).await {
             Ok(results) => results,
             // Not certified, nor failed: its entries stay as they were.
             Err(e @ surety_harness::HarnessError::Unreachable { .. }) => {
-                bar.finish_and_clear();
+                if let Ok(samples) = bar.lock() {
+                    samples.progress.finish();
+                }
                 println!("UNREACHABLE: {e}; its manifest entries are left as they were");
                 unreachable.push(target.clone());
                 continue;
             }
             Err(e) => return Err(CouldNotRun(e.into())),
         };
-        bar.finish_and_clear();
+        if let Ok(samples) = bar.lock() {
+            samples.progress.finish();
+        }
         let validity = Duration::from_secs(args.validity_days * 24 * 3600);
         let entries: Vec<_> = results
             .iter()
@@ -455,4 +458,36 @@ fn write_private(path: &Path, text: &str) -> Result<()> {
         .open(path)?;
     writeln!(file, "{text}")?;
     Ok(())
+}
+
+/// A certification's progress in samples, with a milestone where a case's
+/// last sample is done.
+struct Samples {
+    progress: Progress,
+    per_case: std::collections::HashMap<String, u64>,
+    seen: std::collections::HashMap<(String, String), u64>,
+}
+
+impl Samples {
+    fn new(progress: Progress, contracts: &[Contract]) -> Samples {
+        Samples {
+            progress,
+            per_case: contracts
+                .iter()
+                .map(|c| (c.id.clone(), u64::from(c.sampling.samples)))
+                .collect(),
+            seen: Default::default(),
+        }
+    }
+
+    fn sample(&mut self, contract: &str, case: &str) {
+        let n = self
+            .seen
+            .entry((contract.to_owned(), case.to_owned()))
+            .or_default();
+        *n += 1;
+        let case_done = self.per_case.get(contract) == Some(n);
+        self.progress
+            .advance(1, &format!("{contract}/{case}"), case_done);
+    }
 }
