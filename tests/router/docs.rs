@@ -218,16 +218,14 @@ fn reference_matches(page: &str, document: &serde_json::Value) -> Result<(), Vec
             continue;
         }
         if let Some(key) = &current {
-            let text: &mut String = sections.get_mut(key).expect("inserted above");
+            let text: &mut String = sections.get_mut(key).unwrap();
             text.push_str(line);
             text.push('\n');
         }
     }
-    let paths = document["paths"]
-        .as_object()
-        .expect("the document has paths");
+    let paths = document["paths"].as_object().unwrap();
     for (path, operations) in paths {
-        for (method, operation) in operations.as_object().expect("operations") {
+        for (method, operation) in operations.as_object().unwrap() {
             let name = format!("{} {path}", method.to_uppercase());
             let Some(section) = sections.remove(&(method.clone(), path.clone())) else {
                 problems.push(format!("`{name}` has no section"));
@@ -297,11 +295,8 @@ fn reference_matches(page: &str, document: &serde_json::Value) -> Result<(), Vec
 /// holds equal to the served document).
 fn served_document() -> serde_json::Value {
     let snapshot = include_str!("snapshots/openapi.json.snap");
-    let body = snapshot
-        .splitn(3, "---\n")
-        .nth(2)
-        .expect("an insta snapshot");
-    serde_json::from_str(body).expect("the snapshot is JSON")
+    let body = snapshot.splitn(3, "---\n").nth(2).unwrap();
+    serde_json::from_str(body).unwrap()
 }
 
 /// Every operation of `/openapi.json` has its table in docs/router.md, with
