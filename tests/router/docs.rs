@@ -379,3 +379,100 @@ fn the_performance_section_fits_two_screens_and_shows_the_charts() {
         "the history is in the notes"
     );
 }
+
+/// Each `### ` section of docs/configuration.md's key tables against the
+/// keys its type takes (`RouterConfig::sections`): a row per key, and no
+/// row for a key the type does not take.
+fn configuration_matches(
+    page: &str,
+    sections: &[(&'static str, &'static [&'static str])],
+) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let mut documented = std::collections::BTreeMap::new();
+    let mut current: Option<String> = None;
+    let mut text = String::new();
+    for line in page.lines().chain(std::iter::once("## end")) {
+        if line.starts_with("## ") || line.starts_with("### ") {
+            if let Some(name) = current.take() {
+                documented.insert(name, std::mem::take(&mut text));
+            }
+            current = line
+                .strip_prefix("### `")
+                .and_then(|t| t.strip_suffix('`'))
+                .map(str::to_owned);
+            continue;
+        }
+        if current.is_some() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    for (section, keys) in sections {
+        let Some(text) = documented.remove(*section) else {
+            problems.push(format!("`{section}` has no table"));
+            continue;
+        };
+        let rows: Vec<String> = table_rows(&text, "key")
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|row| {
+                backticked(&row[0])
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for key in *keys {
+            if !rows.iter().any(|r| r == key) {
+                problems.push(format!("`{section}`: no row for `{key}`"));
+            }
+        }
+        for row in &rows {
+            if !keys.contains(&row.as_str()) {
+                problems.push(format!("`{section}`: `{row}` is not a key it takes"));
+            }
+        }
+    }
+    for section in documented.keys() {
+        problems.push(format!("`{section}` is not a section of surety.toml"));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// docs/configuration.md has one table per section of `surety.toml`, a row
+/// for each key the router's types read, and none besides.
+#[test]
+fn every_setting_has_its_row_in_configuration_md_and_every_row_is_a_setting() {
+    let page = include_str!("../../docs/configuration.md");
+    let sections = RouterConfig::sections();
+    assert!(sections.len() >= 8, "{sections:?}");
+    if let Err(problems) = configuration_matches(page, &sections) {
+        panic!(
+            "docs/configuration.md against the settings:\n{}",
+            problems.join("\n")
+        );
+    }
+}
+
+#[test]
+fn a_missing_or_unknown_setting_or_section_is_found() {
+    let page = include_str!("../../docs/configuration.md");
+    let sections = RouterConfig::sections();
+    let problems = |page: &str| {
+        configuration_matches(page, &sections)
+            .unwrap_err()
+            .join("\n")
+    };
+    let without = page.replace("| `lease_ms` |", "| lease |");
+    assert!(problems(&without).contains("`[server]`: no row for `lease_ms`"));
+    let unknown = page.replace("| `lease_ms` |", "| `lease_seconds` |");
+    assert!(problems(&unknown).contains("`[server]`: `lease_seconds` is not a key it takes"));
+    let extra = format!("{page}\n### `[metrics]`\n");
+    assert!(problems(&extra).contains("`[metrics]` is not a section of surety.toml"));
+    let gone = page.replace("### `[[budgets]]`", "### Budgets");
+    assert!(problems(&gone).contains("`[[budgets]]` has no table"));
+}

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub mod keys;
 pub use surety_providers::ConfigError;
 use surety_providers::config::{ProviderConfig, RawProviderConfig, validate_providers};
 

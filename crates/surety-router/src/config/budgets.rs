@@ -80,6 +80,11 @@ struct RawBudget {
     at_limit: Option<String>,
 }
 
+/// The keys `[[budgets]]` takes.
+pub(super) fn raw_fields() -> &'static [&'static str] {
+    surety_config::keys::fields_of::<RawBudget>()
+}
+
 /// The most a limit may be, in millionths or tokens: far past any spend,
 /// well within the database's 64-bit sums.
 const MOST: f64 = 1e15;

@@ -168,6 +168,17 @@ fn hedges_fit(
 }
 
 impl RouterConfig {
+    /// Each section of `surety.toml`, as docs/configuration.md heads it,
+    /// with every key it takes, read off the types that read it.
+    pub fn sections() -> Vec<(&'static str, &'static [&'static str])> {
+        use surety_config::keys::fields_of;
+        let mut sections = surety_config::keys::sections();
+        sections.push(("[server]", fields_of::<RawServer>()));
+        sections.push(("[[api_keys]]", fields_of::<RawApiKey>()));
+        sections.push(("[[budgets]]", super::budgets::raw_fields()));
+        sections
+    }
+
     /// Reads `surety.toml`, with `listen_env` and `database_env` read from
     /// the process's environment.
     pub fn from_toml(text: &str) -> Result<RouterConfig, ConfigError> {
