@@ -398,13 +398,7 @@ async fn main() -> Result<()> {
     }
 
     step("10. What the router routes by (GET /v1/providers)");
-    let listing: Value = client
-        .get(format!("{base}/v1/providers"))
-        .bearer_auth(KEY)
-        .send()
-        .await?
-        .json()
-        .await?;
+    let listing = providers(&client, &base).await?;
     for provider in listing["data"].as_array().into_iter().flatten() {
         for (contract, certification) in provider["certification"]
             .as_object()
@@ -489,6 +483,17 @@ impl Proof {
     }
 }
 
+/// `GET /v1/providers`, as the demo's key sees it.
+async fn providers(client: &reqwest::Client, base: &str) -> Result<Value> {
+    Ok(client
+        .get(format!("{base}/v1/providers"))
+        .bearer_auth(KEY)
+        .send()
+        .await?
+        .json()
+        .await?)
+}
+
 /// Waits (up to 30 s) until `provider` says `demoted` for language-detect
 /// in `GET /v1/providers`, and returns its reason.
 async fn wait_for_demotion(
@@ -498,13 +503,7 @@ async fn wait_for_demotion(
 ) -> Result<Option<String>> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while tokio::time::Instant::now() < deadline {
-        let listing: Value = client
-            .get(format!("{base}/v1/providers"))
-            .bearer_auth(KEY)
-            .send()
-            .await?
-            .json()
-            .await?;
+        let listing = providers(client, base).await?;
         let certification = listing["data"]
             .as_array()
             .into_iter()
