@@ -80,8 +80,10 @@ fn main() -> Result<()> {
         ["bench", "store"] => bench_store(&root),
         ["bench", "router"] => bench_router(&root, None),
         ["bench", "router", "--compare", base] => bench_router(&root, Some(base)),
-        ["bench", "charts"] => router_charts(&root, None),
-        ["bench", "charts", "--docs"] => router_charts(&root, Some(&root.join("docs/figures"))),
+        ["bench", "charts"] => router_charts(&root, None, true),
+        ["bench", "charts", "--docs"] => {
+            router_charts(&root, Some(&root.join("docs/figures")), true)
+        }
         ["chaos"] => chaos(&root),
         ["profile", "router"] => profile::router(&root),
         ["local-provider"] => {
@@ -424,13 +426,14 @@ fn bench_router(root: &Path, compare: Option<&str>) -> Result<()> {
     }
     let env: Vec<(&str, &std::ffi::OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
     bench(root, "router", &env)?;
-    router_charts(root, None)
+    router_charts(root, None, false)
 }
 
 /// Draws `target/bench/router.json` as SVG charts beside it and, given
 /// `docs`, into that directory too (docs/figures, which docs/operations.md
-/// shows).
-fn router_charts(root: &Path, docs: Option<&Path>) -> Result<()> {
+/// shows). A report of only the feature cells (`budgets`, `shadow`, …)
+/// has nothing to draw: that is an error only when charts were asked for.
+fn router_charts(root: &Path, docs: Option<&Path>, asked: bool) -> Result<()> {
     let dir = target_dir(root).join("bench");
     let report_path = dir.join("router.json");
     let report: serde_json::Value =
@@ -441,6 +444,10 @@ fn router_charts(root: &Path, docs: Option<&Path>) -> Result<()> {
             )
         })?)
         .with_context(|| format!("{} is not JSON", report_path.display()))?;
+    if !asked && !plots::drawable(&report) {
+        println!("no closed or open cells were run: no charts");
+        return Ok(());
+    }
     print!("{}", plots::tables(&report));
     for path in plots::write(&report, &dir)? {
         println!("chart: {}", path.display());

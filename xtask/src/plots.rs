@@ -74,6 +74,12 @@ fn engines(report: &Value) -> BTreeMap<String, Engine> {
     out
 }
 
+/// Whether `report` has a closed or open cell to draw (a run of only the
+/// feature cells has none).
+pub fn drawable(report: &Value) -> bool {
+    !engines(report).is_empty()
+}
+
 /// Writes the charts for `report` into `dir` and returns their paths:
 /// `router-throughput.svg` and `router-latency.svg` where the report has
 /// closed and open cells, and `router-compare.svg` where it has ratios.
@@ -466,7 +472,9 @@ mod tests {
     fn a_report_without_cells_to_draw_is_refused_and_nothing_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("charts");
-        let report = json!({"cells": [{"engine": "sqlite", "build": "head", "router_rss_kib": 1}]});
+        let report = json!({"cells": [{"engine": "sqlite", "build": "head", "router_rss_kib": 1},
+            {"engine": "postgres", "load": "budgets, closed 16", "throughput_ratio": 0.7}]});
+        assert!(!drawable(&report));
         let e = write(&report, &out).unwrap_err();
         assert!(e.to_string().contains("no closed or open cells"), "{e}");
         assert!(!out.exists());
