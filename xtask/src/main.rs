@@ -448,8 +448,9 @@ fn router_charts(root: &Path, docs: Option<&Path>, asked: bool) -> Result<()> {
         println!("no closed or open cells were run: no charts");
         return Ok(());
     }
+    let charts = plots::write(&report, &dir)?;
     print!("{}", plots::tables(&report));
-    for path in plots::write(&report, &dir)? {
+    for path in charts {
         println!("chart: {}", path.display());
         if let Some(docs) = docs {
             let to = docs.join(path.file_name().context("a chart has a file name")?);
