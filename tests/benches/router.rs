@@ -342,48 +342,37 @@ async fn run() {
             "database_connections = 32\n",
         ),
     ];
-    // Where the run is: a bar on a terminal, a line per cell off one.
-    let load_labels: Vec<String> = CLIENTS
+    // The closed and open cells chosen, the same for every engine.
+    let loads: Vec<(String, Load)> = CLIENTS
         .iter()
-        .map(|c| format!("closed {c}"))
-        .chain(RATES.iter().map(|r| format!("open {r}/s")))
+        .map(|c| (format!("closed {c}"), Load::Closed(*c)))
+        .chain(
+            RATES
+                .iter()
+                .map(|r| (format!("open {r}/s"), Load::Open(*r))),
+        )
+        .filter(|(label, _)| chosen("SURETY_BENCH_CELLS", label))
         .collect();
+    // Where the run is: a bar on a terminal, a line per cell off one.
     const SPECIAL: [&str; 4] = ["streams", "dialects", "shadow", "budgets"];
     let total = engines
         .iter()
         .filter(|(_, name, _)| chosen("SURETY_BENCH_ENGINES", name))
-        .map(|_| {
-            load_labels
-                .iter()
-                .filter(|l| chosen("SURETY_BENCH_CELLS", l))
-                .count()
-        })
-        .sum::<usize>()
+        .count()
+        * loads.len()
         + ["sqlite", "postgres"]
             .iter()
             .filter(|name| chosen("SURETY_BENCH_ENGINES", name))
-            .map(|_| {
-                SPECIAL
-                    .iter()
-                    .filter(|c| chosen("SURETY_BENCH_CELLS", c))
-                    .count()
-            })
-            .sum::<usize>();
+            .count()
+            * SPECIAL
+                .iter()
+                .filter(|c| chosen("SURETY_BENCH_CELLS", c))
+                .count();
     let mut progress = Progress::new("bench router", total as u64);
     for (engine, name, server) in engines {
         if !chosen("SURETY_BENCH_ENGINES", name) {
             continue;
         }
-        let mut loads: Vec<(String, Load)> = CLIENTS
-            .iter()
-            .map(|c| (format!("closed {c}"), Load::Closed(*c)))
-            .collect();
-        loads.extend(
-            RATES
-                .iter()
-                .map(|r| (format!("open {r}/s"), Load::Open(*r))),
-        );
-        loads.retain(|(label, _)| chosen("SURETY_BENCH_CELLS", label));
         if loads.is_empty() {
             continue;
         }
@@ -419,7 +408,7 @@ async fn run() {
         )
         .await;
         let counter = Arc::new(AtomicU64::new(0));
-        for (label, load) in loads {
+        for (label, load) in loads.iter().cloned() {
             let mut measured: Vec<Measured> = builds
                 .iter()
                 .map(|_| Measured {

@@ -245,6 +245,30 @@ fn decades(values: impl Iterator<Item = f64>) -> (f64, f64) {
     )
 }
 
+/// The largest x of any series, at least 1.
+fn widest(series: &BTreeMap<&'static str, Vec<Point>>) -> f64 {
+    series.values().flatten().map(|p| p.0).fold(1.0, f64::max)
+}
+
+/// A series' mark in the legend: a short line of its colour.
+fn mark((x, y): (i32, i32), color: RGBColor) -> PathElement<(i32, i32)> {
+    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+}
+
+/// The legend of the series labelled so far, at `position`.
+fn legend<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 fn throughput(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     name: &str,
@@ -252,12 +276,7 @@ fn throughput(
     base: Option<&str>,
 ) -> Result<()> {
     let (lo, hi) = decades(engine.closed.values().flatten().map(|p| p.1));
-    let max_x = engine
-        .closed
-        .values()
-        .flatten()
-        .map(|p| p.0)
-        .fold(1.0, f64::max);
+    let max_x = widest(&engine.closed);
     let mut chart = ChartBuilder::on(area)
         .caption(format!("{name}: closed loop"), ("sans-serif", 18))
         .margin(12)
@@ -279,17 +298,10 @@ fn throughput(
         chart
             .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
             .label(label(key, series_name, base))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            .legend(move |at| mark(at, color));
         chart.draw_series(line.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 
@@ -300,12 +312,7 @@ fn latency(
     base: Option<&str>,
 ) -> Result<()> {
     let (lo, hi) = decades(engine.open.values().flatten().flat_map(|p| [p.2, p.3]));
-    let max_x = engine
-        .open
-        .values()
-        .flatten()
-        .map(|p| p.0)
-        .fold(1.0, f64::max);
+    let max_x = widest(&engine.open);
     let mut chart = ChartBuilder::on(area)
         .caption(
             format!("{name}: p50 (dashed) and p99 at fixed rates"),
@@ -331,9 +338,7 @@ fn latency(
         chart
             .draw_series(LineSeries::new(p99.clone(), color.stroke_width(2)))?
             .label(label(key, series_name, base))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            .legend(move |at| mark(at, color));
         chart.draw_series(p99.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
         chart.draw_series(DashedLineSeries::new(
             p50.clone(),
@@ -343,12 +348,7 @@ fn latency(
         ))?;
         chart.draw_series(p50.into_iter().map(|p| Circle::new(p, 2, color)))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     Ok(())
 }
 
