@@ -87,23 +87,10 @@ pub(crate) async fn create<C: Conn>(
     {
         // One statement where the engine can: no transaction to open.
         let texts = job_texts(new);
-        let mut params = job_params(insert, &texts);
-        let (contract, certified_at) = trust_params(first);
-        params.extend([
-            Text(&first.provider),
-            Int(first.lease),
-            contract,
-            certified_at,
-        ]);
-        if let Some(row) = c.row(statement, &params).await? {
-            let (job, attempt) = row.split_at(JOB_COLUMNS);
-            let handle = handle_from(&attempt_from(attempt)?, false);
-            return Ok((Created::New(job_from(job)?), Some(handle)));
-        }
-        // Nothing written: the key is taken, or the provider is demoted.
-        return match find(c, sql, new, &insert.fingerprint).await? {
-            Some(found) => Ok((found, None)),
-            None => Err(first.refused("the key's job vanished")),
+        let params = one_params(insert, first, &texts);
+        return match one(c, statement, first, &params, false).await? {
+            Some(started) => Ok(started),
+            None => nothing_written(c, sql, insert, first).await,
         };
     }
     let state = match insert.first {
@@ -155,6 +142,54 @@ pub(crate) async fn create<C: Conn>(
     replay_or_conflict(c, sql, insert).await
 }
 
+/// The parameters of a single job's statement (`Sql::insert_job_and_attempt`
+/// and, before its holds', `Sql::insert_job_attempt_and_holds`).
+fn one_params<'a>(insert: &'a Insert, first: &'a Begin, texts: &'a JobTexts) -> Vec<Param<'a>> {
+    let mut params = job_params(insert, texts);
+    let (contract, certified_at) = trust_params(first);
+    params.extend([
+        Text(&first.provider),
+        Int(first.lease),
+        contract,
+        certified_at,
+    ]);
+    params
+}
+
+/// A single job's statement: the new job and its first attempt (`charged`:
+/// its reservations held in it); `None` where it wrote nothing.
+async fn one<C: Conn>(
+    c: &mut C,
+    statement: &str,
+    first: &Begin,
+    params: &[Param<'_>],
+    charged: bool,
+) -> Result<Option<Started>, StoreError> {
+    let Some(row) = c.row(statement, params).await? else {
+        return Ok(None);
+    };
+    let (job, attempt) = row.split_at(JOB_COLUMNS.min(row.len()));
+    let handle = handle_from(
+        &attempt_from(attempt)?,
+        charged && !first.charges.is_empty(),
+    );
+    Ok(Some((Created::New(job_from(job)?), Some(handle))))
+}
+
+/// What a new job's insert that wrote nothing answers (the key is taken,
+/// or the provider is demoted): the job the key names.
+async fn nothing_written<C: Conn>(
+    c: &mut C,
+    sql: &Sql,
+    insert: &Insert,
+    first: &Begin,
+) -> Result<Started, StoreError> {
+    match find(c, sql, &insert.new, &insert.fingerprint).await? {
+        Some(found) => Ok((found, None)),
+        None => Err(first.refused("the key's job vanished")),
+    }
+}
+
 /// Records new jobs, each starting its first attempt, in one statement
 /// (`Sql::insert_jobs_and_attempts`, PostgreSQL): an answer per insert, in
 /// their order, as [`create`] gives it. `Err` only when the statement failed,
@@ -180,7 +215,28 @@ pub(crate) async fn create_many_reserving<C: Conn>(
     sql: &Sql,
     inserts: &[Insert],
 ) -> Result<Option<Vec<Result<Started, StoreError>>>, StoreError> {
-    match insert_many(c, sql, inserts, true).await {
+    let together = match (inserts, &sql.insert_job_attempt_and_holds) {
+        // The single-job statement: cheaper than a batch of one.
+        ([insert], Some(statement)) => match &insert.first {
+            Some(first) => {
+                let texts = job_texts(&insert.new);
+                let mut params = one_params(insert, first, &texts);
+                let sums = sums(first.charges.iter());
+                let holds = HoldColumns::of(first.charges.iter(), &sums);
+                params.extend(holds.params());
+                match one(c, statement, first, &params, true).await {
+                    Ok(Some(started)) => Ok(vec![Ok(started)]),
+                    Ok(None) => Ok(vec![nothing_written(c, sql, insert, first).await]),
+                    Err(e) => Err(e),
+                }
+            }
+            None => Err(StoreError::Corrupt(
+                "a batch of new jobs without their first attempt".to_owned(),
+            )),
+        },
+        _ => insert_many(c, sql, inserts, true).await,
+    };
+    match together {
         Err(StoreError::Database(sqlx::Error::Database(e)))
             if e.code().as_deref() == Some(NO_ROOM) =>
         {
@@ -313,11 +369,7 @@ async fn insert_many<C: Conn>(
     for ((answer, insert), first) in answers.into_iter().zip(inserts).zip(&firsts) {
         out.push(match answer {
             Some(answer) => answer,
-            None => match find(c, sql, &insert.new, &insert.fingerprint).await {
-                Ok(Some(found)) => Ok((found, None)),
-                Ok(None) => Err(first.refused("the key's job vanished")),
-                Err(e) => Err(e),
-            },
+            None => nothing_written(c, sql, insert, first).await,
         });
     }
     Ok(out)

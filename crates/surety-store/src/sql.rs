@@ -34,6 +34,9 @@ pub struct Sql {
     pub insert_jobs_attempts_and_holds: Option<String>,
     /// `insert_jobs_and_attempts` for one job, its parameters single values.
     pub insert_job_and_attempt: Option<String>,
+    /// `insert_jobs_attempts_and_holds` for one job (see `HELD_ONE`):
+    /// cheaper than a batch of one, as `insert_job_and_attempt` is.
+    pub insert_job_attempt_and_holds: Option<String>,
     pub select_job_by_key: String,
     pub select_job: String,
     pub lock_job: String,
@@ -449,24 +452,13 @@ impl Sql {
             }),
             // The same for one job, where a batch holds one: cheaper per
             // statement than a batch of one (pgbench, prepared: ×1.31).
-            insert_job_and_attempt: (backend == Backend::Postgres).then(|| {
+            insert_job_and_attempt: (backend == Backend::Postgres)
+                .then(|| fill(&INSERT_JOB.replace("{held}", "").replace("{with_held}", ""))),
+            insert_job_attempt_and_holds: (backend == Backend::Postgres).then(|| {
                 fill(
-                    "WITH job AS ( \
-                         INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
-                             contract_digest, input, fingerprint, hedgeable, kind, messages, request, \
-                             state, version, created_at_ms, updated_at_ms) \
-                         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'running', 0, \
-                             {now}, {now} \
-                         WHERE NOT EXISTS ({demoted_13_15_16}) \
-                         ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
-                         RETURNING {job_columns}), \
-                     attempt AS ( \
-                         INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
-                             base_version, started_at_ms, lease_expires_at_ms) \
-                         SELECT id, 1, 0, hedgeable, $13, 'started', version, {now}, {now} + $14 \
-                         FROM job \
-                         RETURNING {attempt_columns}) \
-                     SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id",
+                    &INSERT_JOB
+                        .replace("{held}", &format!(", held AS ({})", HELD_ONE))
+                        .replace("{with_held}", " CROSS JOIN held"),
                 )
             }),
             select_job_by_key: fill(
@@ -649,8 +641,8 @@ impl Sql {
                 "SELECT ordinal, n, provider, asked_at_ms, asked_by, outcome, detail \
                  FROM reconciliations WHERE job_id = $1 ORDER BY ordinal, n",
             ),
-            select_budget: fill(
-                &format!("SELECT CAST({} AS BIGINT) AS held, \
+            select_budget: fill(&format!(
+                "SELECT CAST({} AS BIGINT) AS held, \
                      CAST(COALESCE((SELECT SUM(spent) FROM budget_spend s \
                          WHERE s.account = $1 AND s.bucket_ms >= $2), 0) AS BIGINT) AS spent, \
                      CAST(COALESCE((SELECT SUM(r.amount) FROM reservations r \
@@ -658,8 +650,9 @@ impl Sql {
                          WHERE r.account = $1 AND r.spent IS NULL AND a.state = 'unknown'), 0) AS BIGINT) AS unknown, \
                      (SELECT MIN(bucket_ms) FROM budget_spend s \
                          WHERE s.account = $1 AND s.bucket_ms >= $2 AND s.spent > 0) AS oldest \
-                 FROM budget_accounts b WHERE b.account = $1", held("$1")),
-            ),
+                 FROM budget_accounts b WHERE b.account = $1",
+                held("$1")
+            )),
             close_reservations: closing(
                 "reservations",
                 "job_id = $1 AND ordinal = $2",
@@ -802,6 +795,35 @@ const INSERT_JOBS: &str = "WITH input AS ( \
          FROM job JOIN input i ON i.id = job.id \
          RETURNING {attempt_columns}){held} \
      SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id{with_held}";
+
+/// A new job with its first attempt, in one statement (PostgreSQL), its
+/// parameters single values; `{held}` and `{with_held}` add its
+/// reservations to it, or nothing.
+const INSERT_JOB: &str = "WITH job AS ( \
+         INSERT INTO jobs (id, owner_id, idempotency_key, route, contract, \
+             contract_digest, input, fingerprint, hedgeable, kind, messages, request, \
+             state, version, created_at_ms, updated_at_ms) \
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'running', 0, \
+             {now}, {now} \
+         WHERE NOT EXISTS ({demoted_13_15_16}) \
+         ON CONFLICT (owner_id, idempotency_key) DO NOTHING \
+         RETURNING {job_columns}), \
+     attempt AS ( \
+         INSERT INTO attempts (job_id, ordinal, slot, hedgeable, provider, state, \
+             base_version, started_at_ms, lease_expires_at_ms) \
+         SELECT id, 1, 0, hedgeable, $13, 'started', version, {now}, {now} + $14 \
+         FROM job \
+         RETURNING {attempt_columns}){held} \
+     SELECT job.*, attempt.* FROM job JOIN attempt ON attempt.job_id = job.id{with_held}";
+
+/// The one job's holds (`$17`..`$20`: each hold's budget, amount, unit and
+/// bucket; `$21`..`$23`: the budgets named, their limits and the buckets
+/// their spend counts from), reserved after its attempt is inserted; no
+/// call where nothing was (a replay, or a demoted provider).
+const HELD_ONE: &str = "SELECT surety_hold(array_fill(a.job_id, ARRAY[cardinality($17::text[])]), \
+         array_fill(a.ordinal, ARRAY[cardinality($17::text[])]), $17::text[], $18::int8[], \
+         $19::text[], $20::int8[], $21::text[], $22::int8[], $23::int8[], true) AS n \
+     FROM attempt a";
 
 /// `surety_hold`'s call for holds of attempts already written, its count
 /// returned (none inserted is a refusal the caller explains).
