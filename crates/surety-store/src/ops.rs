@@ -88,7 +88,7 @@ pub(crate) async fn create<C: Conn>(
         // One statement where the engine can: no transaction to open.
         let texts = job_texts(new);
         let params = one_params(insert, first, &texts);
-        return match one(c, statement, first, &params, false).await? {
+        return match one(c, statement, first, &params).await? {
             Some(started) => Ok(started),
             None => nothing_written(c, sql, insert, first).await,
         };
@@ -156,23 +156,20 @@ fn one_params<'a>(insert: &'a Insert, first: &'a Begin, texts: &'a JobTexts) -> 
     params
 }
 
-/// A single job's statement: the new job and its first attempt (`charged`:
-/// its reservations held in it); `None` where it wrote nothing.
+/// A single job's statement: the new job and its first attempt, with its
+/// charges held in it where it has any (the statement without holds is
+/// taken only for an attempt that has none); `None` where it wrote nothing.
 async fn one<C: Conn>(
     c: &mut C,
     statement: &str,
     first: &Begin,
     params: &[Param<'_>],
-    charged: bool,
 ) -> Result<Option<Started>, StoreError> {
     let Some(row) = c.row(statement, params).await? else {
         return Ok(None);
     };
     let (job, attempt) = row.split_at(JOB_COLUMNS.min(row.len()));
-    let handle = handle_from(
-        &attempt_from(attempt)?,
-        charged && !first.charges.is_empty(),
-    );
+    let handle = handle_from(&attempt_from(attempt)?, !first.charges.is_empty());
     Ok(Some((Created::New(job_from(job)?), Some(handle))))
 }
 
@@ -217,23 +214,25 @@ pub(crate) async fn create_many_reserving<C: Conn>(
 ) -> Result<Option<Vec<Result<Started, StoreError>>>, StoreError> {
     let together = match (inserts, &sql.insert_job_attempt_and_holds) {
         // The single-job statement: cheaper than a batch of one.
-        ([insert], Some(statement)) => match &insert.first {
-            Some(first) => {
-                let texts = job_texts(&insert.new);
-                let mut params = one_params(insert, first, &texts);
-                let sums = sums(first.charges.iter());
-                let holds = HoldColumns::of(first.charges.iter(), &sums);
-                params.extend(holds.params());
-                match one(c, statement, first, &params, true).await {
-                    Ok(Some(started)) => Ok(vec![Ok(started)]),
-                    Ok(None) => Ok(vec![nothing_written(c, sql, insert, first).await]),
-                    Err(e) => Err(e),
-                }
+        (
+            [
+                insert @ Insert {
+                    first: Some(first), ..
+                },
+            ],
+            Some(statement),
+        ) => {
+            let texts = job_texts(&insert.new);
+            let mut params = one_params(insert, first, &texts);
+            let sums = sums(first.charges.iter());
+            let holds = HoldColumns::of(first.charges.iter(), &sums);
+            params.extend(holds.params());
+            match one(c, statement, first, &params).await {
+                Ok(Some(started)) => Ok(vec![Ok(started)]),
+                Ok(None) => Ok(vec![nothing_written(c, sql, insert, first).await]),
+                Err(e) => Err(e),
             }
-            None => Err(StoreError::Corrupt(
-                "a batch of new jobs without their first attempt".to_owned(),
-            )),
-        },
+        }
         _ => insert_many(c, sql, inserts, true).await,
     };
     match together {
